@@ -1,0 +1,31 @@
+"""cufold: GPU parallel reductions and scans for Python.
+
+Layers, as in CUB: :mod:`cufold.thread` (sequential, in registers),
+:mod:`cufold.warp` (shuffles, ballots, match), :mod:`cufold.block` (shared
+memory and warps) and the device-wide calls at the top level. Operators and
+value types live in :mod:`cufold.ops` and :mod:`cufold.values`.
+"""
+
+from . import simulator as _simulator
+
+_simulator.install()  # warp intrinsics for NUMBA_ENABLE_CUDASIM=1; no-op on a GPU
+
+from .ops import (  # noqa: E402
+    Op, as_op, plus, multiplies, minimum, maximum, bit_and, bit_or, bit_xor,
+    logical_and, logical_or, argmin, argmax, minmax, welford,
+)
+from .values import ValueType  # noqa: E402
+from . import thread, warp, block  # noqa: E402
+from .device import (  # noqa: E402
+    algorithms, reduce, sum, prod, min, max, argmin, argmax, minmax, mean, var, mean_var,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Op", "as_op", "ValueType", "thread", "warp", "block",
+    "algorithms", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
+    "mean_var",
+    "plus", "multiplies", "minimum", "maximum", "bit_and", "bit_or", "bit_xor",
+    "logical_and", "logical_or", "argmin", "argmax", "minmax", "welford",
+]

@@ -1,0 +1,231 @@
+"""``python -m cufold bench SUITE``: cufold against what a user would pick instead.
+
+Suites: ``reduce`` (sum f32/f64/i32 vs torch.sum, cupy.sum with CUB, Numba's
+``cuda.reduce``, ``cuda.compute.reduce_into``; argmax and mean+var f32 vs torch
+and CuPy; every ``cufold.algorithms("reduce")`` on sum f32), ``scan``
+(inclusive scan / cumsum i32/f32 vs torch.cumsum, cupy.cumsum,
+``cuda.compute.inclusive_scan``, every ``cufold.algorithms("scan")``, and a
+device-to-device copy as the bandwidth ceiling), ``bykey`` and ``hist``
+(not implemented yet).
+
+Examples::
+
+    python -m cufold bench reduce                     # 2^10..2^28, all dtypes
+    python -m cufold bench scan --quick               # a few sizes, few reps
+    python -m cufold bench reduce --sizes 20:28:2 --dtypes float32 --only cufold,torch
+    python -m cufold bench reduce --cases sum,argmax --out /tmp/r
+    python -m cufold bench reduce --dry-run           # what would run; no GPU needed
+    python -m cufold bench report bench/results/reduce-...   # re-print and re-plot a results.json
+
+Output: a progress bar on stderr; on stdout a table per case (µs per call,
+GB/s, ratio to the best peer; see :mod:`cufold.bench.report` for which time
+is used) and the suite's targets (PASS/MISS); in ``--out`` (default
+``bench/results/<suite>-<gpu>-<date>``): ``results.json`` (every number,
+device, versions, L2 size, copy bandwidth), ``table.txt``, ``bandwidth.png``
+and ``call.png``.
+
+Exit status: 0, or 1 if any result mismatched its reference, 2 on usage
+errors or when there is no GPU to run on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+from . import report as R
+from . import suites as S
+from .timing import Settings, parse_list, parse_sizes, rotation_count
+
+__all__ = ["main", "build_parser"]
+
+QUICK_SIZES = "10,14,18,20,24,28"
+DEFAULT_SIZES = "10:28"
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m cufold bench",
+        description="Time cufold against torch, CuPy (CUB), Numba and cuda.compute.",
+        epilog="Also: 'python -m cufold bench report PATH' re-prints and re-plots a results.json; "
+               "'python -m cufold bench list' lists suites and cases.")
+    p.add_argument("suite", choices=sorted(S.SUITES), help="what to time")
+    p.add_argument("--sizes", default=None,
+                   help="log2 element counts: 10:28 (default), 10:28:2, or 10,16,20 (quick: %s)" % QUICK_SIZES)
+    p.add_argument("--dtypes", default=None, help="comma list of float32,float64,int32 (default: the suite's)")
+    p.add_argument("--cases", default=None,
+                   help="comma list of case ops: sum, argmax, mean_var (var), reduce-alg, scan, scan-alg, alg")
+    p.add_argument("--only", default=None,
+                   help="comma list of libraries (cufold, torch, cupy, numba, cuda.compute) or label "
+                        "prefixes (cufold.reduce[); the copy ceiling is always kept")
+    p.add_argument("--quick", action="store_true", help="few sizes and few reps (a smoke run)")
+    p.add_argument("--out", default=None, help="output directory (default bench/results/<suite>-<gpu>-<date>)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true", help="print what would run and exit (no GPU needed)")
+    p.add_argument("--cupy-accelerators", default="cub", metavar="ROUTINE[:REDUCTION]",
+                   help="CuPy accelerators: cub (default: CUB for routines and reductions), cub:none, none")
+    p.add_argument("--cufold-input", choices=("torch", "cupy", "numba"), default=None,
+                   help="array library of cufold's inputs (default: torch if usable, else cupy, else numba)")
+    g = p.add_argument_group("timing")
+    g.add_argument("--target-time", type=float, default=None,
+                   help="event-timed seconds per (candidate, size) (default 0.25; quick 0.03)")
+    g.add_argument("--min-reps", type=int, default=None, help="at least this many timed calls (default 20)")
+    g.add_argument("--max-reps", type=int, default=None, help="at most this many timed calls (default 2000)")
+    g.add_argument("--call-max", type=int, default=None,
+                   help="measure wall-clock per-call time up to 2^CALL_MAX elements (default 20)")
+    g.add_argument("--buffers-cap", type=int, default=None, help="max rotation buffers (default 64)")
+    g.add_argument("--seed", type=int, default=None, help="input data seed")
+    g.add_argument("--no-raw", action="store_true", help="do not keep every event sample in the JSON")
+    g.add_argument("--no-ceiling", action="store_true", help="do not measure the 256 MiB copy ceiling")
+    return p
+
+
+def _settings(args):
+    s = Settings.quick() if args.quick else Settings()
+    for attr, val in (("target_s", args.target_time), ("min_reps", args.min_reps), ("max_reps", args.max_reps),
+                      ("call_max_log2", args.call_max), ("buffer_cap", args.buffers_cap), ("seed", args.seed)):
+        if val is not None:
+            setattr(s, attr, val)
+    if args.no_raw:
+        s.raw = False
+    return s
+
+
+def _print_plan(suite, cases, env, sizes, settings, out):
+    w = out.write
+    w("cufold bench %s: plan (dry run)\n" % suite)
+    w("libraries:\n" + "\n".join(env.summary_lines()) + "\n")
+    if env.simulator:
+        w("note: NUMBA_ENABLE_CUDASIM=1 -- a real run needs a GPU\n")
+    w("sizes: %s\n" % ", ".join("2^%d" % k for k in sizes))
+    l2 = 50 << 20
+    w("buffers per size (float32, for a 50 MiB L2): %s\n" % ", ".join(
+        "2^%d:%d" % (k, rotation_count(4 << k, l2, settings.l2_factor, settings.buffer_cap)) for k in sizes))
+    total = 0
+    for c in cases:
+        w("case %s (%s, %s inputs, %d B/elem moved%s):\n" % (
+            c.id, c.title, c.dist, c.bytes_per_elem, ", peers from %s" % c.peers_from if c.peers_from else ""))
+        for cand in c.candidates:
+            state = ("skipped: %s" % cand.skip) if cand.skip else "will run"
+            w("  %-8s %-32s %s\n" % (cand.role, cand.label, state))
+            total += len(sizes)
+    w("measurements: %d\n" % total)
+    tg = S.SUITES[suite].targets
+    if tg:
+        w("targets:\n" + "".join("  %s (%s %s)\n" % (t["name"], t["cmp"], t["threshold"]) for t in tg))
+
+
+def _report_main(argv):
+    p = argparse.ArgumentParser(prog="python -m cufold bench report",
+                                description="Re-print the table and targets of a results.json; re-plot.")
+    p.add_argument("path", help="results.json or the directory holding it")
+    p.add_argument("--out", default=None, help="where to write the plots (default: next to the JSON)")
+    p.add_argument("--no-plot", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        results = R.load_json(args.path)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("cufold bench report: %s\n" % e)
+        return 2
+    suite = results.get("meta", {}).get("suite", "")
+    print(R.format_table(results))
+    t = R.format_targets(R.evaluate_targets(results), suite)
+    if t:
+        print("\n" + t)
+    if not args.no_plot:
+        d = args.out or (args.path if os.path.isdir(args.path) else os.path.dirname(os.path.abspath(args.path)))
+        _plots(results, d, sys.stderr)
+    return 0
+
+
+def _plots(results, out_dir, err):
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        paths = [R.plot_bandwidth(results, os.path.join(out_dir, "bandwidth.png")),
+                 R.plot_calls(results, os.path.join(out_dir, "call.png"))]
+        return [p for p in paths if p]
+    except ImportError as e:
+        err.write("plots skipped: matplotlib not importable (%s)\n" % e)
+    except Exception as e:
+        err.write("plots failed: %s: %s\n" % (type(e).__name__, e))
+    return []
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Entry point of ``python -m cufold bench ...``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    if argv and argv[0] == "report":
+        return _report_main(argv[1:])
+    if argv and argv[0] == "list":
+        for name, s in S.SUITES.items():
+            out.write("%-7s %s\n" % (name, s.doc))
+        return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    suite = S.SUITES[args.suite]
+    if suite.build is None:
+        out.write("cufold bench %s: not implemented yet\n" % args.suite)
+        return 0
+    try:
+        sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))
+        settings = _settings(args)
+        from . import backends
+        env = backends.probe(cupy_accelerators=args.cupy_accelerators)
+        cases = S.build_cases(args.suite, env, parse_list(args.dtypes), parse_list(args.cases),
+                              parse_list(args.only))
+    except ValueError as e:
+        err.write("%s\n" % e)
+        return 2
+    if not cases:
+        err.write("cufold bench %s: nothing to run (check --dtypes/--cases/--only)\n" % args.suite)
+        return 2
+    if args.dry_run:
+        _print_plan(args.suite, cases, env, sizes, settings, out)
+        return 0
+    if env.simulator:
+        err.write("cufold bench: NUMBA_ENABLE_CUDASIM=1 (the CPU simulator): timings would mean nothing; "
+                  "run on a GPU without it (or use --dry-run)\n")
+        return 2
+    from .backends import Backend, Skip
+    try:
+        backend = Backend(env, args.cufold_input)
+    except Skip as e:
+        err.write("cufold bench: %s\n" % e)
+        return 2
+
+    from .runner import run_suite
+    started = datetime.datetime.now()
+    info = backend.device_info()
+    out_dir = args.out or R.default_out_dir(args.suite, info.get("name"), started)
+    os.makedirs(out_dir, exist_ok=True)
+    err.write("cufold bench %s on %s: %d sizes x %d candidates -> %s\n" % (
+        args.suite, info.get("name"), len(sizes), sum(len(c.candidates) for c in cases), out_dir))
+    for lib, why in sorted(env.skipped.items()):
+        err.write("  skipped: %s\n" % why)
+    results = run_suite(args.suite, cases, backend, env, sizes, settings, progress=not args.no_progress,
+                        log=err, device_info=info, ceiling=not args.no_ceiling,
+                        meta_extra={"argv": argv, "command": "python -m cufold bench " + " ".join(argv),
+                                    "out_dir": out_dir})
+    text = R.format_table(results)
+    tgt = R.format_targets(R.evaluate_targets(results), args.suite)
+    if tgt:
+        text += "\n\n" + tgt
+    out.write(text + "\n")
+    with open(os.path.join(out_dir, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    R.write_json(results, os.path.join(out_dir, "results.json"))
+    files = ["results.json", "table.txt"]
+    if not args.no_plot:
+        files += [os.path.basename(p) for p in _plots(results, out_dir, err)]
+    err.write("wrote %s: %s\n" % (out_dir, ", ".join(files)))
+    bad = [r for r in results["records"] if r["status"] == "mismatch"]
+    if bad:
+        err.write("!! %d result(s) MISMATCHED their reference (not timed): %s\n" % (
+            len(bad), ", ".join(sorted({"%s %s" % (r["case"], r["label"]) for r in bad}))))
+        return 1
+    return 0

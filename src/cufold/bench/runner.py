@@ -1,0 +1,316 @@
+"""Run a suite: sizes x cases x candidates -> records (plain dicts).
+
+Per (case, size, candidate):
+
+1. ``make`` the candidate (a Skip -> status ``skipped``);
+2. call it once on buffer 0 (compilation happens here), synchronize, fetch
+   the result and check it against the NumPy reference; a wrong result is
+   status ``mismatch`` (printed at once) and is **not** timed;
+3. ``warmup`` more untimed calls; time ``est_reps`` calls with events to
+   estimate; time ``reps`` calls (:func:`~.timing.choose_reps`) with events,
+   rotating over the buffers: ``gpu_us`` = median;
+4. for sizes <= ``2**call_max_log2``: ``call_us`` = median over
+   ``call_repeats`` wall-clock loops of back-to-back calls.
+
+The backend (array library, clock) is injected, so this runs on the CPU in
+the tests with NumPy "device" arrays.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+from . import suites as S
+from .backends import Skip
+from .timing import choose_calls, choose_reps, rotation_count, rotation_note, summarize
+
+__all__ = ["Inputs", "DataCache", "measure_candidate", "run_suite", "Progress", "measure_copy_ceiling"]
+
+
+class Progress:
+    """tqdm on stderr when importable (and enabled), else a plain counter."""
+
+    def __init__(self, total, enabled=True, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.done = total, 0
+        self.enabled = enabled
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self._bar = tqdm(total=total, file=self.stream, unit="case", dynamic_ncols=True, leave=True)
+            except Exception:
+                self._bar = None
+
+    def describe(self, text):
+        if self._bar is not None:
+            self._bar.set_description_str(text[:60])
+        elif self.enabled:
+            self.stream.write("\r[%*d/%d] %-70s" % (len(str(self.total)), self.done + 1, self.total, text[:70]))
+            self.stream.flush()
+
+    def update(self, k=1):
+        self.done += k
+        if self._bar is not None:
+            self._bar.update(k)
+
+    def write(self, msg):
+        if self._bar is not None:
+            self._bar.write(msg, file=self.stream)
+        else:
+            if self.enabled:
+                self.stream.write("\r")
+            self.stream.write(msg + "\n")
+            self.stream.flush()
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+        elif self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Inputs:
+    """The rotation buffers of one (dtype, dist, size): device primaries,
+    host copy of buffer 0, views per library (cached)."""
+
+    def __init__(self, backend, host_buffers):
+        self.backend = backend
+        self.host0 = np.array(host_buffers[0])     # own copy: the reference input
+        self.primaries = [backend.upload(h) for h in host_buffers]
+        self._views = {}
+
+    def views(self, kind):
+        if kind not in self._views:
+            self._views[kind] = [self.backend.view(p, kind) for p in self.primaries]
+        return self._views[kind]
+
+    @property
+    def count(self):
+        return len(self.primaries)
+
+
+class DataCache:
+    """Inputs and references for one size, shared by the cases."""
+
+    def __init__(self, backend, n, l2_bytes, settings, log2n):
+        self.backend, self.n, self.l2, self.settings, self.log2n = backend, n, l2_bytes, settings, log2n
+        self._inputs, self._refs = {}, {}
+        self.sample_idx = S.sample_indices(n)
+
+    def inputs(self, dtype, dist):
+        key = (np.dtype(dtype).name, dist)
+        if key not in self._inputs:
+            it = np.dtype(dtype).itemsize
+            count = rotation_count(self.n * it, self.l2, self.settings.l2_factor, self.settings.buffer_cap)
+            seed = [self.settings.seed, self.log2n, sum(map(ord, key[0] + key[1]))]
+            host = S.generate(dtype, dist, self.n, count, seed)
+            self._inputs[key] = Inputs(self.backend, host)
+        return self._inputs[key]
+
+    def reference(self, kind, dtype, dist):
+        key = (kind, np.dtype(dtype).name, dist)
+        if key not in self._refs:
+            self._refs[key] = S.reference(kind, self.inputs(dtype, dist).host0)
+        return self._refs[key]
+
+
+def _dtype_name(obj):
+    """'int64' for a torch/CuPy/Numba array result, else None."""
+    dt = getattr(obj, "dtype", None)
+    if dt is None:
+        return None
+    name = str(dt)
+    return name[len("torch."):] if name.startswith("torch.") else name
+
+
+def _short_exc(e):
+    lines = str(e).strip().splitlines()
+    return "%s: %s" % (type(e).__name__, lines[0][:300] if lines else "")
+
+
+def measure_candidate(backend, env, case, cand, data, settings, log=None):
+    """One record (dict) for ``cand`` of ``case`` at ``data.n``."""
+    n = data.n
+    rec = {"case": case.id, "label": cand.label, "lib": cand.lib, "role": cand.role,
+           "log2n": data.log2n, "n": n, "bytes": case.bytes_per_elem * n,
+           "status": "ok", "note": ""}
+    if cand.skip:
+        rec.update(status="skipped", note=cand.skip)
+        return rec
+    try:
+        inputs = data.inputs(case.dtype, case.dist)
+        rec["buffers"] = inputs.count
+        rnote = rotation_note(inputs.count, n * np.dtype(case.dtype).itemsize, data.l2, settings.l2_factor)
+        if rnote:
+            rec["rotation"] = rnote
+        ctx = S.Ctx(env, backend, case, n, inputs)
+        prep = cand.make(ctx)
+    except Skip as e:
+        rec.update(status="skipped", note=str(e))
+        return rec
+    except (NotImplementedError, ValueError) as e:
+        rec.update(status="skipped", note=_short_exc(e))
+        return rec
+    except Exception as e:
+        rec.update(status="error", note=_short_exc(e), traceback=traceback.format_exc(limit=6))
+        return rec
+
+    fn, args = prep.fn, prep.args
+    # -- first call (compiles), result check --------------------------------
+    try:
+        t0 = time.perf_counter()
+        res = (prep.result or fn)(args[0])
+        backend.sync()
+        rec["first_call_s"] = time.perf_counter() - t0
+        out_dt = _dtype_name(res)
+        if out_dt:
+            rec["out_dtype"] = out_dt
+        idx = data.sample_idx if case.sampled else None
+        got = backend.fetch(res, idx)
+        del res
+        if cand.canon is not None:
+            got = cand.canon(got)
+        cctx = S.CheckCtx(data.reference(case.ref_kind, case.dtype, case.dist), inputs.host0, idx, n,
+                          case.dtype)
+        ok, note = (cand.check or case.check)(got, cctx)
+    except (NotImplementedError, ValueError) as e:
+        rec.update(status="skipped", note=_short_exc(e))
+        return rec
+    except Exception as e:
+        rec.update(status="error", note=_short_exc(e), traceback=traceback.format_exc(limit=6))
+        return rec
+    if not ok:
+        rec.update(status="mismatch", note=note)
+        return rec
+    if case.sampled and out_dt and out_dt != np.dtype(case.dtype).name and cand.role != "ceiling":
+        note = "; ".join(x for x in (note, "writes %s (bytes moved counts %s)" % (out_dt, case.dtype)) if x)
+    if note:
+        rec["note"] = note
+
+    # -- timing ----------------------------------------------------------------
+    try:
+        clock = backend.clock
+        nb = len(args)
+        for i in range(settings.warmup):
+            fn(args[(i + 1) % nb])
+        backend.sync()
+        est = summarize(clock.event_times_us(fn, args, settings.est_reps))["median"]
+        reps = choose_reps(est * 1e-6, settings.target_s, settings.min_reps, settings.max_reps,
+                           settings.max_case_s)
+        samples = clock.event_times_us(fn, args, reps)
+        st = summarize(samples)
+        rec.update(gpu_us=st["median"], gpu=st, reps=reps)
+        if settings.raw:
+            rec["samples_us"] = [round(x, 3) for x in samples]
+        if data.log2n <= settings.call_max_log2:
+            pre = clock.wall_per_call_us(fn, args, 10)
+            calls = choose_calls(min(pre, est) * 1e-6, settings.call_target_s, settings.call_min,
+                                 settings.call_max)
+            loops = [clock.wall_per_call_us(fn, args, calls) for _ in range(settings.call_repeats)]
+            rec.update(call_us=summarize(loops)["median"], call_loops_us=loops, calls=calls)
+        if rec["gpu_us"] and rec["gpu_us"] > 0:
+            rec["GBps"] = rec["bytes"] / rec["gpu_us"] / 1e3
+    except Exception as e:
+        rec.update(status="error", note="while timing: " + _short_exc(e),
+                   traceback=traceback.format_exc(limit=6))
+    return rec
+
+
+def measure_copy_ceiling(backend, env, settings, l2_bytes, log2n=None):
+    """Device-to-device copy of float32 buffers of >= max(256 MiB, 4 x L2):
+    the bandwidth ceiling (read + write bytes / time)."""
+    if log2n is None:
+        nbytes = max(256 << 20, 4 * l2_bytes)
+        log2n = max(10, int(np.ceil(np.log2(nbytes / 4))))
+    case = S.Case("copy/float32", "copy", "copy float32", "float32", "grid", 8, "sum", S.check_copy,
+                  [S.copy_candidate()])
+    data = DataCache(backend, 1 << log2n, l2_bytes, settings, log2n)
+    data.sample_idx = S.sample_indices(1 << log2n)
+    case.sampled = True
+    rec = measure_candidate(backend, env, case, case.candidates[0], data, settings)
+    label, _ = backend.copy_fn()
+    rec["label"] = label
+    rec.pop("samples_us", None)
+    del data
+    backend.release()
+    return rec
+
+
+def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said):
+    for log2n in sizes:
+        n = 1 << log2n
+        data = DataCache(backend, n, l2, settings, log2n)
+        for case in cases:
+            for cand in case.candidates:
+                bar.describe("%s 2^%d %s" % (case.id, log2n, cand.label))
+                rec = measure_candidate(backend, env, case, cand, data, settings)
+                records.append(rec)
+                if rec["status"] in ("mismatch", "error"):
+                    key = (cand.label, rec["status"], rec["note"])
+                    if key not in said:       # the same failure at other sizes/cases: in the table
+                        said.add(key)
+                        bar.write("!! %s: %s 2^%d %s: %s" % (rec["status"].upper(), case.id, log2n,
+                                                             cand.label, rec["note"]))
+                bar.update()
+        del data
+        backend.release()
+
+
+def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=None, meta_extra=None,
+              ceiling=True, device_info=None):
+    """Measure everything; returns the results dict (see :mod:`.report`).
+    ``ceiling``: measure the copy ceiling (True), not (False), or at 2^ceiling."""
+    log = log or sys.stderr
+    started = datetime.datetime.now()
+    t_start = time.perf_counter()
+    info = device_info if device_info is not None else backend.device_info()
+    l2 = info.get("l2_bytes") or 64 << 20
+    total = len(sizes) * sum(len(c.candidates) for c in cases) + (1 if ceiling else 0)
+    bar = Progress(total, enabled=progress, stream=log)
+    copy_rec = None
+    if ceiling:
+        bar.describe("copy ceiling")
+        copy_rec = measure_copy_ceiling(backend, env, settings, l2,
+                                        None if ceiling is True else int(ceiling))
+        if copy_rec["status"] != "ok":
+            bar.write("copy ceiling: %s %s" % (copy_rec["status"], copy_rec["note"]))
+        bar.update()
+    records = []
+    said = set()
+    with warnings.catch_warnings():
+        # Numba's "grid size N will likely result in GPU under-utilization" at small sizes
+        warnings.filterwarnings("ignore", message=".*under-utilization.*")
+        _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said)
+    bar.close()
+    meta = {
+        "suite": suite,
+        "date": started.isoformat(timespec="seconds"),
+        "elapsed_s": round(time.perf_counter() - t_start, 2),
+        "device": info,
+        "l2_bytes": l2,
+        "versions": dict(env.versions),
+        "skipped_libs": dict(env.skipped),
+        "notes": list(env.notes),
+        "backend": backend.name,
+        "cufold_input": backend.cufold_input,
+        "clock": getattr(backend.clock, "name", None),
+        "sizes_log2": list(sizes),
+        "settings": settings.as_dict(),
+        "copy": copy_rec,
+        "copy_GBps": (copy_rec or {}).get("GBps"),
+        "time_basis": ("ratios use call_us (host wall clock per call, back-to-back) for n <= 2^%d "
+                       "and gpu_us (CUDA-event median) above; GB/s always from gpu_us"
+                       % settings.call_max_log2),
+    }
+    if meta_extra:
+        meta.update(meta_extra)
+    return {"meta": meta, "cases": [c.describe() for c in cases], "records": records,
+            "targets": list(S.SUITES[suite].targets) if suite in S.SUITES else []}

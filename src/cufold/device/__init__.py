@@ -1,0 +1,233 @@
+"""Device layer: host-callable algorithms over whole arrays.
+
+Inputs are CUDA arrays of any library (CuPy, PyTorch, Numba, JAX, or anything
+with ``__cuda_array_interface__``/DLPack); a tuple-valued input is a tuple of
+equally long arrays. Results are 0-d device arrays of the input's own
+library (a tuple of them for tuple values), computed on the input library's
+current stream (or ``stream=``), without synchronising the host.
+"""
+
+import numpy as np
+
+from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
+from ..ops import multiplies, plus, welford
+from ..values import ValueType
+from . import _arrays, _launch, _types
+from . import reduce as _reduce_mod
+from ._dispatch import algorithms
+
+__all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
+           "mean_var", "algorithms"]
+
+
+def _inputs(x):
+    if x.__class__ is tuple:
+        arrs = _arrays.describe_many(x)
+    else:
+        arrs = (_arrays.describe(x),)
+    for a in arrs:
+        if a.ndim != 1:
+            raise ValueError("cufold: reduce takes 1-D arrays here; got shape %s" % (a.shape,))
+    return arrs
+
+
+def _vector(a):
+    """``a`` (one element) as a 1-element 1-D array, as the kernels write it."""
+    v = _arrays.Arr(a.ptr, (1,), (1,), a.dtype, 1, a.library, None, a.device_id, a.stream)
+    v._base = a._base if a._base is not None else a
+    v._offset = a._offset
+    return v
+
+
+def _outputs(like, out_vt, out, stream):
+    """(kernel views, objects to return): new 0-d arrays of the input's library,
+    or the caller's ``out`` array(s)."""
+    if out is None:
+        objs, vecs = [], []
+        for f in out_vt.fields:
+            obj, arr = _arrays.empty(like, (), f, stream)
+            objs.append(obj)
+            vecs.append(_vector(arr))
+    else:
+        objs = list(out) if out.__class__ is tuple else [out]
+        if len(objs) != out_vt.arity:
+            raise ValueError("cufold: out= needs %d array(s) for a result of type %s" % (out_vt.arity, out_vt))
+        vecs = []
+        for o, f in zip(objs, out_vt.fields):
+            a = _arrays.describe(o, "out")
+            if a.size != 1:
+                raise ValueError("cufold: out= must hold exactly one element, it has %d" % a.size)
+            if a.dtype != f:
+                raise TypeError("cufold: out= has dtype %s, the result is %s" % (a.dtype, f))
+            vecs.append(_vector(a))
+    return (tuple(vecs) if out_vt.is_tuple else vecs[0]), objs
+
+
+class _Prepared:
+    """What a reduction needs that does not depend on the data: value types,
+    checked once per (operator, input dtypes, options)."""
+
+    __slots__ = ("op", "in_vt", "acc_vt", "out_vt")
+
+    def __init__(self, op, in_dtypes, is_tuple, dtype, acc, result):
+        self.op = op
+        self.in_vt = ValueType.of(in_dtypes if is_tuple else in_dtypes[0])
+        if acc is None:
+            fields = _reduce_mod._out_fields(op, self.in_vt, dtype)
+            self.acc_vt, self.out_vt = _types.value_types(fields)
+        else:
+            self.acc_vt, self.out_vt = ValueType.of(acc), ValueType.of(result)
+        op.check(self.acc_vt)
+
+
+_prepared = {}
+
+
+def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, lift="value",
+            project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False):
+    with _launch.nvtx_range(name):
+        arrs = _inputs(x)
+        like = arrs[0]
+        is_tuple = x.__class__ is tuple
+        in_dtypes = tuple(a.dtype for a in arrs)
+        key = (op, in_dtypes, is_tuple, dtype, acc, result)
+        prep = _prepared.get(key)
+        if prep is None:
+            prep = _prepared[key] = _Prepared(as_op(op), in_dtypes, is_tuple, dtype, acc, result)
+        op = prep.op
+        n = like.size
+        handle = _arrays.stream_handle(like, stream)
+        outs, objs = _outputs(like, prep.out_vt, out, stream)
+        if n == 0:
+            value = init if init is not None else op.identity_for(prep.acc_vt)
+            if needs_items or value is None:
+                raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
+                                 % (name if needs_items else op.name))
+            _reduce_mod.launch(_reduce_mod.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
+                               (outs, prep.out_vt.make(value)))
+        else:
+            p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, algorithm,
+                                 lift=lift, project=project, ddof=ddof, deterministic=deterministic)
+            _reduce_mod.run(p, arrs if is_tuple else like, n, outs, handle, like.device_id, init)
+        result_objs = [_arrays.to_library(o, like) for o in objs] if out is None else objs
+        return tuple(result_objs) if prep.out_vt.is_tuple else result_objs[0]
+
+
+def reduce(x, op=plus, init=None, *, dtype=None, out=None, stream=None, algorithm=None,
+           deterministic=True):
+    """Reduce a whole array with a binary operator.
+
+    Parameters
+    ----------
+    x : CUDA array, or tuple of equally long CUDA arrays (a tuple value type)
+    op : cufold.Op or function ``(a, b) -> c``; must be associative. A plain
+        function is taken as non-commutative (an ordered fold, a little slower);
+        wrap it in ``cufold.Op(fn, commutative=True)`` when it commutes.
+    init : optional value folded in front (NumPy's ``initial``); also the
+        result of an empty input.
+    dtype : accumulator and result dtype (default: NumPy's rules; sums of
+        small integers are int64/uint64, float16 accumulates in float32).
+    out : a one-element device array (a tuple of them) to write into.
+    stream : the library's stream object or a raw ``CUstream`` handle.
+    algorithm : one of ``cufold.algorithms("reduce")``; None lets the dispatcher choose.
+    deterministic : False allows floating-point atomic algorithms.
+
+    Returns a 0-d device array of ``x``'s library (a tuple for tuple values);
+    the host is not synchronised.
+
+    Example::
+
+        >>> x = cupy.arange(10, dtype=cupy.int32)
+        >>> cufold.reduce(x, cufold.maximum)
+        array(9, dtype=int32)
+        >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
+        (array(45, dtype=int32), array(18, dtype=int32))
+    """
+    return _reduce(x, op, init, dtype, out, stream, algorithm, deterministic)
+
+
+def sum(x, *, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
+    """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
+    return _reduce(x, plus, None, dtype, out, stream, algorithm, deterministic, name="sum")
+
+
+def prod(x, *, dtype=None, out=None, stream=None, algorithm=None):
+    """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
+    return _reduce(x, multiplies, None, dtype, out, stream, algorithm, True, name="prod")
+
+
+def min(x, *, out=None, stream=None, algorithm=None):  # noqa: A001
+    """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
+    return _reduce(x, minimum, None, None, out, stream, algorithm, True, name="min", needs_items=True)
+
+
+def max(x, *, out=None, stream=None, algorithm=None):  # noqa: A001
+    """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
+    return _reduce(x, maximum, None, None, out, stream, algorithm, True, name="max", needs_items=True)
+
+
+def _dtype_of(x):
+    return _arrays.describe(x).dtype
+
+
+def _arg(x, op, name, out, stream, algorithm):
+    dt = _dtype_of(x)
+    return _reduce(x, op, None, None, out, stream, algorithm, True, lift="index", project="index",
+                   acc=(dt, np.int64), result=np.int64, name=name, needs_items=True)
+
+
+def _argmin(x, *, out=None, stream=None, algorithm=None):
+    """Index of the first smallest element (the first NaN if any), as ``numpy.argmin``.
+
+    Example: ``i = cufold.argmin(cupy.asarray([3, 1, 1]))  # -> 1``
+    """
+    return _arg(x, _argmin_op, "argmin", out, stream, algorithm)
+
+
+def _argmax(x, *, out=None, stream=None, algorithm=None):
+    """Index of the first largest element (the first NaN if any), as ``numpy.argmax``.
+
+    Example: ``i = cufold.argmax(torch.tensor([1., 5., 5.], device='cuda'))  # -> 1``
+    """
+    return _arg(x, _argmax_op, "argmax", out, stream, algorithm)
+
+
+def _minmax(x, *, out=None, stream=None, algorithm=None):
+    """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
+    dt = _dtype_of(x)
+    return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, lift="pair",
+                   acc=(dt, dt), result=(dt, dt), name="minmax", needs_items=True)
+
+
+# argmin, argmax and minmax are operators (cufold.argmax(a, b) combines two
+# (value, index) pairs) and reductions (cufold.argmax(x)): one object, both uses.
+_argmin_op.device_reduction = _argmin
+_argmax_op.device_reduction = _argmax
+_minmax_op.device_reduction = _minmax
+argmin, argmax, minmax = _argmin_op, _argmax_op, _minmax_op
+
+
+def _moments(x, project, ddof, out, stream, algorithm, dtype, name):
+    dt = np.dtype(dtype) if dtype is not None else _types.mean_dtype(_dtype_of(x))
+    acc = np.float64 if dt.itemsize > 4 or dt == np.float32 else np.float32
+    result = (dt, dt) if project == "mean_var" else dt
+    return _reduce(x, welford, None, None, out, stream, algorithm, True, lift="welford", project=project,
+                   ddof=ddof, acc=(acc, acc, acc), result=result, name=name, needs_items=True)
+
+
+def mean(x, *, dtype=None, out=None, stream=None, algorithm=None):
+    """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``."""
+    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean")
+
+
+def var(x, *, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+    """Variance in one pass (Welford/Chan), ``ddof`` as ``numpy.var``. Example: ``cufold.var(x, ddof=1)``."""
+    return _moments(x, "var", ddof, out, stream, algorithm, dtype, "var")
+
+
+def mean_var(x, *, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+    """``(mean, var)`` in one pass (as ``torch.var_mean``, in the other order).
+
+    Example: ``m, v = cufold.mean_var(x)``
+    """
+    return _moments(x, "mean_var", ddof, out, stream, algorithm, dtype, "mean_var")

@@ -1,0 +1,854 @@
+"""One launch path for cufold's compiled kernels.
+
+Numba's dispatcher costs 14-27 us of host time per launch (typing the
+arguments, wrapping foreign arrays, building a launch configuration). cufold
+instead launches the compiled function directly: a :class:`Kernel` compiles
+once per device (or loads its cubin from the disk cache), and each launch
+writes the few changing kernel-parameter fields into a buffer that was laid
+out once per kernel, then calls ``cuLaunchKernel``.
+
+Under Numba's CPU simulator (``NUMBA_ENABLE_CUDASIM=1``), and whenever the
+direct path is unavailable or switched off (``CUFOLD_LAUNCH=numba`` or
+``cufold.device._launch.DIRECT = False``), the same :meth:`Kernel.launch` goes
+through the Numba dispatcher: ``dispatcher[grid, block, stream, shared](*views)``.
+
+Kernel parameter ABI (Numba's ``_Kernel._prepare_args``; every field is its
+own kernel parameter, so each gets its own 8-byte slot and ``void*``):
+
+* array of ``ndim`` d: ``meminfo, parent, nitems, itemsize, data,
+  shape[0..d), strides[0..d)`` (bytes), all 64-bit;
+* integer: its own width; ``boolean``: 1 byte; ``float16``: 2 bytes (bits);
+  ``float32``/``float64``; ``complex64``/``complex128``: two fields (real, imag);
+* tuples (``UniTuple``/``Tuple``): their members in order, flattened.
+
+Public API
+----------
+``Kernel(py_func, signature, key=None, disk_key=None, name=None, **jit_options)``
+``Kernel.launch(grid, block, stream, shared_bytes, *args)``
+``get_kernel(key, factory, disk_key=None, **jit_options) -> Kernel``
+``workspace(device_id, stream, nbytes) -> (ptr, Arr)``
+``clear_workspaces()``
+``nvtx_range(name)``
+``DIRECT`` (module flag; ``CUFOLD_LAUNCH=direct|numba``), ``LAUNCH_API``
+(``CUFOLD_LAUNCH_API=auto|bindings|ctypes``), ``CHECK_CONTEXT``
+(``CUFOLD_CHECK_CONTEXT=1|0``), ``NVTX`` (whether ranges are emitted; the
+``nvtx`` package, ``CUFOLD_NVTX=0`` switches them off), ``cache_dir()``
+(``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache).
+
+Measured on an H200 (tools/gpu_launch_smoke.py, median of 2000 calls):
+cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
+described arguments 3.8 us; Numba's dispatcher 17.5 us (24 us with torch
+tensors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+import warnings
+
+import numpy as np
+from numba import config, cuda
+from numba import types as nbtypes
+
+from . import _arrays
+from ._arrays import Arr, as_numba
+
+__all__ = ["Kernel", "get_kernel", "workspace", "clear_workspaces", "nvtx_range", "DIRECT",
+           "NVTX", "LAUNCH_API", "CHECK_CONTEXT", "cache_dir", "LaunchError"]
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+#: Launch through cuLaunchKernel with pre-packed arguments (True), or through
+#: Numba's dispatcher (False). ``CUFOLD_LAUNCH=numba|direct`` sets the default.
+#: The simulator always uses the dispatcher.
+def _direct_from_env(value):
+    v = (value or "direct").strip().lower()
+    if v not in ("direct", "numba"):
+        warnings.warn("cufold: CUFOLD_LAUNCH=%r is neither 'direct' nor 'numba'; using direct" % value)
+    return v != "numba"
+
+
+DIRECT = _direct_from_env(os.environ.get("CUFOLD_LAUNCH"))
+
+ABI_VERSION = "cufold-launch-1"
+
+
+class LaunchError(RuntimeError):
+    """A kernel launch failed in the driver."""
+
+
+class _NoDirect(Exception):
+    """This kernel cannot take the direct path (reason in args[0])."""
+
+
+# ---------------------------------------------------------------------------
+# NVTX
+
+NVTX = False
+_nvtx_annotate = None
+if os.environ.get("CUFOLD_NVTX", "1") != "0":
+    try:  # the `nvtx` package (pip install nvtx); absent -> no-op ranges
+        import nvtx as _nvtx_mod
+        _nvtx_annotate = _nvtx_mod.annotate
+        NVTX = True
+    except Exception:  # ImportError, or a broken install
+        _nvtx_annotate = None
+
+_NULL_CM = contextlib.nullcontext()
+
+
+def nvtx_range(name):
+    """A context manager: an NVTX range ``name`` (domain ``cufold``) when the
+    ``nvtx`` package is importable, else a shared no-op."""
+    if _nvtx_annotate is None:
+        return _NULL_CM
+    return _nvtx_annotate(name, domain="cufold")
+
+
+# ---------------------------------------------------------------------------
+# argument layout
+
+
+_INT_CODES = {(8, True): "b", (8, False): "B", (16, True): "h", (16, False): "H",
+              (32, True): "i", (32, False): "I", (64, True): "q", (64, False): "Q"}
+_FIELD = 8  # every parameter gets its own 8-byte slot
+
+
+def _pad(code):
+    n = struct.calcsize("=" + code)
+    return (code + "%dx" % (_FIELD - n) if n < _FIELD else code), n
+
+
+class _Plan:
+    """How a signature flattens into kernel parameters, as generated source."""
+
+    def __init__(self, signature):
+        self.signature = tuple(signature)
+        self.codes = []        # struct codes (each parameter padded to an 8-byte slot)
+        self.sizes = []        # the parameters' own byte sizes, in order
+        self.values = []       # Python expressions, one per written parameter
+        self.lines = []        # source lines: bind locals, validate the arguments
+        self.env = {}
+        self.first_array = None
+        self.supported = True
+        self.reason = ""
+        self._n = 0
+        for i, ty in enumerate(self.signature):
+            self._arg(ty, "a%d" % i, "argument %d" % i)
+
+    def _tmp(self):
+        self._n += 1
+        return "_v%d" % self._n
+
+    def _arg(self, ty, expr, what):
+        if isinstance(ty, nbtypes.Array):
+            self._array(ty, expr, what)
+        elif isinstance(ty, nbtypes.BaseTuple):
+            t = self._tmp()
+            self.lines.append("%s = %s" % (t, expr))
+            self.lines.append("if len(%s) != %d: _bad_tuple(%r, %s, %d)" % (t, len(ty), what, t, len(ty)))
+            for j, sub in enumerate(ty):
+                s = self._tmp()
+                self.lines.append("%s = %s[%d]" % (s, t, j))
+                self._arg(sub, s, "%s[%d]" % (what, j))
+        elif isinstance(ty, nbtypes.Boolean):
+            self._field("?", "%s" % expr)
+        elif isinstance(ty, nbtypes.Integer):
+            self._field(_INT_CODES[(ty.bitwidth, ty.signed)], expr)
+        elif ty == nbtypes.float16:
+            self._field("e", expr)
+        elif ty == nbtypes.float32:
+            self._field("f", expr)
+        elif ty == nbtypes.float64:
+            self._field("d", expr)
+        elif ty == nbtypes.complex64:
+            self._field("f", "%s.real" % expr)
+            self._field("f", "%s.imag" % expr)
+        elif ty == nbtypes.complex128:
+            self._field("d", "%s.real" % expr)
+            self._field("d", "%s.imag" % expr)
+        elif isinstance(ty, (nbtypes.CPointer, nbtypes.RawPointer)) or ty == nbtypes.voidptr:
+            self._field("Q", expr)
+        else:
+            self.supported = False
+            self.reason = "argument type %s is not supported by the direct launch path" % ty
+            self._field("Q", "0")
+
+    def _field(self, code, expr):
+        padded, size = _pad(code)
+        self.codes.append(padded)
+        self.sizes.append(size)
+        self.values.append(expr)
+
+    def _array(self, ty, expr, what):
+        from numba.np.numpy_support import as_dtype
+        dt = np.dtype(as_dtype(ty.dtype))
+        nd = ty.ndim
+        isz = dt.itemsize
+        dname = "_D%d" % len(self.env)
+        self.env[dname] = dt
+        if self.first_array is None:
+            self.first_array = expr
+        self.lines.append(
+            "if %s.__class__ is not _Arr or (%s.dtype is not %s and %s.dtype != %s) or %s.ndim != %d: "
+            "_bad_array(%r, %s, %s, %d)" % (expr, expr, dname, expr, dname, expr, nd, what, expr, dname, nd))
+        if ty.layout == "C":
+            self.lines.append("if not %s.c_contiguous: _bad_layout(%r, %s, 'C')" % (expr, what, expr))
+        elif ty.layout == "F":
+            self.lines.append("if not %s.f_contiguous: _bad_layout(%r, %s, 'F')" % (expr, what, expr))
+        self.codes.append("16x")      # meminfo, parent: NULL
+        self.sizes += [8, 8]
+        self._field("q", "%s.size" % expr)
+        self._field("q", str(isz))
+        self._field("Q", "%s.ptr" % expr)
+        if nd:
+            sh, st = self._tmp(), self._tmp()
+            self.lines.append("%s = %s.shape" % (sh, expr))
+            self.lines.append("%s = %s.strides" % (st, expr))
+            for k in range(nd):
+                self._field("q", "%s[%d]" % (sh, k))
+            for k in range(nd):
+                self._field("q", "%s[%d] * %d" % (st, k, isz) if isz != 1 else "%s[%d]" % (st, k))
+
+    @property
+    def fmt(self):
+        return "=" + "".join(self.codes)
+
+    @property
+    def nparams(self):
+        return len(self.sizes)
+
+    def param_sizes(self):
+        """Byte size of each kernel parameter, in order (for ABI checks)."""
+        return list(self.sizes)
+
+    def build_packer(self, buf):
+        """``pack(*args) -> device_id``: validate, write all fields into ``buf``."""
+        nargs = len(self.signature)
+        params = ", ".join("a%d" % i for i in range(nargs))
+        lines = ["def pack(%s):" % params]
+        lines += ["    " + ln for ln in self.lines]
+        vals = ", ".join(self.values)
+        lines.append("    _pack_into(_buf, 0%s)" % ((", " + vals) if vals else ""))
+        lines.append("    return %s" % ("%s.device_id" % self.first_array if self.first_array else "0"))
+        src = "\n".join(lines) + "\n"
+        env = dict(self.env)
+        env.update(_pack_into=struct.Struct(self.fmt).pack_into, _buf=buf, _Arr=Arr, _bad_array=_bad_array,
+                   _bad_layout=_bad_layout, _bad_tuple=_bad_tuple)
+        exec(compile(src, "<cufold-packer>", "exec"), env)
+        fn = env["pack"]
+        fn.source = src
+        return fn
+
+
+def _bad_array(what, a, dt, nd):
+    if not isinstance(a, Arr):
+        raise TypeError("cufold: kernel %s must be an Arr descriptor (cufold.device._arrays.describe); "
+                        "got %s" % (what, type(a).__name__))
+    raise TypeError("cufold: kernel %s must be a %d-d %s array; got %d-d %s"
+                    % (what, nd, dt, a.ndim, a.dtype))
+
+
+def _bad_layout(what, a, layout):
+    raise TypeError("cufold: kernel %s must be %s-contiguous; got strides %s"
+                    % (what, layout, a.strides))
+
+
+def _bad_tuple(what, t, n):
+    raise TypeError("cufold: kernel %s must be a tuple of %d; got %d" % (what, n, len(t)))
+
+
+# ---------------------------------------------------------------------------
+# the driver (ctypes; nothing is loaded in the simulator)
+
+_drv = None
+_drv_lock = threading.Lock()
+
+
+#: Which binding calls cuLaunchKernel: ``bindings`` (cuda.bindings.driver, the
+#: faster one where measured), ``ctypes`` (libcuda through ctypes), or
+#: ``auto`` (bindings when importable). ``CUFOLD_LAUNCH_API`` sets it.
+LAUNCH_API = os.environ.get("CUFOLD_LAUNCH_API", "auto").strip().lower()
+
+#: Check the thread's current CUDA context before every launch (True), or only
+#: when a launch fails for want of one (False: saves a driver call per launch).
+#: ``None`` (default; ``CUFOLD_CHECK_CONTEXT=1|0`` overrides) checks only on
+#: machines with several GPUs, where another device's context may be current.
+CHECK_CONTEXT = {"1": True, "0": False}.get(os.environ.get("CUFOLD_CHECK_CONTEXT", ""))
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+def _cfunc(lib, name, argtypes):
+    f = getattr(lib, name)
+    f.argtypes = argtypes
+    f.restype = ctypes.c_int
+    return f
+
+
+class _Driver:
+    """The few driver entry points of the launch path."""
+
+    def __init__(self, api=None):
+        lib = _arrays._driver_lib()
+        if lib is None:
+            raise _NoDirect("libcuda could not be loaded")
+        c_uint, c_void_p = ctypes.c_uint, ctypes.c_void_p
+        self.lib = lib
+        self.ctx_get = _cfunc(lib, "cuCtxGetCurrent", [c_void_p])
+        self.ctx_push = _cfunc(lib, "cuCtxPushCurrent_v2", [c_void_p])
+        self.ctx_pop = _cfunc(lib, "cuCtxPopCurrent_v2", [c_void_p])
+        self.ctx_set = _cfunc(lib, "cuCtxSetCurrent", [c_void_p])
+        self._err_name = _cfunc(lib, "cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])
+        self.streams = {}
+        n = ctypes.c_int(0)
+        _cfunc(lib, "cuInit", [ctypes.c_uint])(0)
+        _cfunc(lib, "cuDeviceGetCount", [c_void_p])(ctypes.addressof(n))
+        self.device_count = n.value
+        self.check_ctx = CHECK_CONTEXT if CHECK_CONTEXT is not None else n.value != 1
+        api = (api or LAUNCH_API)
+        self.api = None
+        if api in ("auto", "bindings"):
+            try:
+                from cuda.bindings import driver as cbd
+                self.launch = cbd.cuLaunchKernel
+                self._stream_type = cbd.CUstream
+                self._func_type = cbd.CUfunction
+                self.ok = (cbd.CUresult.CUDA_SUCCESS,)
+                self.api = "bindings"
+            except Exception:
+                if api == "bindings":
+                    raise
+        if self.api is None:
+            self.launch = _cfunc(lib, "cuLaunchKernel", [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint,
+                                                         c_uint, c_uint, c_void_p, c_void_p, c_void_p])
+            self._stream_type = self._func_type = int
+            self.ok = 0
+            self.api = "ctypes"
+
+    def func(self, handle):
+        """The function argument of ``launch`` for a CUfunction/CUkernel handle (int)."""
+        return self._func_type(handle)
+
+    def stream(self, h):
+        """The stream argument of ``launch`` for a raw handle (cached)."""
+        s = self.streams.get(h)
+        if s is None:
+            if len(self.streams) > 1024:
+                self.streams.clear()
+            s = self.streams[h] = self._stream_type(h)
+        return s
+
+    def error_name(self, res):
+        rc = _error_code(res)
+        out = ctypes.c_char_p()
+        if self._err_name(rc, ctypes.byref(out)) == 0 and out.value:
+            return "%s (%d)" % (out.value.decode(), rc)
+        return "CUDA error %d" % rc
+
+
+def _error_code(res):
+    return int(res[0]) if isinstance(res, tuple) else int(res)
+
+
+def _driver():
+    global _drv
+    if _drv is None:
+        with _drv_lock:
+            if _drv is None:
+                _drv = _Driver()
+    return _drv
+
+
+_primary = {}
+
+
+def _primary_context(dev):
+    """Handle (int) of device ``dev``'s primary context, as Numba uses it."""
+    h = _primary.get(dev)
+    if h is None:
+        with cuda.gpus[dev]:
+            h = int(cuda.current_context().handle)
+        _primary[dev] = h
+    return h
+
+
+_cc = {}
+
+
+def _compute_capability(dev):
+    cc = _cc.get(dev)
+    if cc is None:
+        cc = _cc[dev] = tuple(cuda.gpus[dev].compute_capability)
+    return cc
+
+
+def _numba_device_ctx(dev):
+    return _arrays._numba_ctx(dev) or contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------
+# disk cache
+
+
+def cache_dir():
+    """``$CUFOLD_CACHE_DIR`` or ``~/.cache/cufold``, then ``numba-cuda-<version>``."""
+    base = os.environ.get("CUFOLD_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "cufold")
+    try:
+        from importlib.metadata import version
+        ver = version("numba-cuda")
+    except Exception:  # pragma: no cover
+        ver = "unknown"
+    return os.path.join(base, "numba-cuda-%s" % ver)
+
+
+def _disk_enabled():
+    return os.environ.get("CUFOLD_CACHE", "1") != "0"
+
+
+_MAGIC = b"CUFOLDCUBIN1 "
+
+
+def _cache_path(disk_key, signature, options, cc):
+    h = hashlib.sha256()
+    for part in (ABI_VERSION, repr(tuple(str(t) for t in signature)), repr(sorted(options.items())),
+                 disk_key):
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return os.path.join(cache_dir(), "sm_%d%d" % cc, h.hexdigest() + ".cubin")
+
+
+def _write_cubin(path, entry, cubin):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
+        with open(tmp, "wb") as f:
+            f.write(_MAGIC + entry.encode() + b"\n" + _cubin_bytes(cubin))
+        os.replace(tmp, path)
+        return True
+    except Exception as e:  # noqa: BLE001 - the cache is an optimisation only
+        warnings.warn("cufold: could not write the kernel cache %s (%s)" % (path, e), stacklevel=3)
+        return False
+
+
+def _cubin_bytes(c):
+    """Bytes of a cubin: Numba-CUDA 0.30 hands a cuda.core ObjectCode."""
+    if isinstance(c, (bytes, bytearray, memoryview)):
+        return bytes(c)
+    code = getattr(c, "code", None)
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return bytes(code)
+    if isinstance(code, (str, os.PathLike)) and os.path.exists(code):
+        with open(code, "rb") as f:
+            return f.read()
+    raise TypeError("cufold: cannot get the bytes of cubin %r" % (c,))
+
+
+def _read_cubin(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if not data.startswith(_MAGIC):
+        return None
+    nl = data.find(b"\n")
+    if nl < 0:
+        return None
+    return data[len(_MAGIC):nl].decode(), data[nl + 1:]
+
+
+# ---------------------------------------------------------------------------
+# Kernel
+
+_STREAMS = {}
+
+
+def _numba_stream(h):
+    if not h or SIMULATOR:
+        return 0
+    s = _STREAMS.get(h)
+    if s is None:
+        if len(_STREAMS) > 256:
+            _STREAMS.clear()
+        s = _STREAMS[h] = cuda.external_stream(h)
+    return s
+
+
+def _np_scalar_type(ty):
+    from numba.np.numpy_support import as_dtype
+    try:
+        return as_dtype(ty).type
+    except Exception:
+        return None
+
+
+class Kernel:
+    """A compiled kernel with a fixed Numba signature and a fast launch.
+
+    ``py_func``: the Python kernel function (the algorithm's closure; the
+    simulator runs it as is). ``signature``: tuple of Numba types, e.g.
+    ``(types.Array(types.float32, 1, 'A'), types.int64)``. ``key``: the
+    in-memory cache key (see :func:`get_kernel`). ``disk_key``: text that
+    identifies the kernel's code completely (generated source, operator
+    source, tile parameters...): when given, the cubin is cached on disk per
+    compute capability and a new process loads it without compiling.
+    ``jit_options`` go to ``cuda.jit`` (e.g. ``fastmath``, ``lineinfo``).
+    """
+
+    def __init__(self, py_func, signature, key=None, disk_key=None, name=None, **jit_options):
+        self.py_func = py_func
+        self.signature = tuple(signature)
+        self.key = key
+        self.disk_key = disk_key
+        self.name = name or getattr(py_func, "__name__", "kernel")
+        self.jit_options = jit_options
+        self.plan = _Plan(self.signature)
+        self._nparams = self.plan.nparams
+        nbytes = max(_FIELD * self._nparams, _FIELD)
+        self._buf = ctypes.create_string_buffer(nbytes)
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * max(self._nparams, 1))(
+            *[base + _FIELD * i for i in range(self._nparams)] or [0])
+        self._params = ctypes.addressof(self._ptrs) if self._nparams else None
+        self._pack = self.plan.build_packer(self._buf)
+        self._ctx_out = ctypes.c_void_p()
+        self._ctx_addr = ctypes.addressof(self._ctx_out)
+        self._lock = threading.Lock()
+        self._setup_lock = threading.RLock()
+        self._funcs = {}          # device id -> (CUkernel/CUfunction handle, primary context)
+        self._keep = []           # objects that keep loaded code alive
+        self._dispatcher = None
+        self._direct_reason = None if self.plan.supported else self.plan.reason
+        self._scalar_types = tuple(
+            None if isinstance(t, (nbtypes.Array, nbtypes.BaseTuple)) else _np_scalar_type(t)
+            for t in self.signature)
+        self._smem_set = {}
+        self.loaded_from_disk = {}  # device id -> bool (for tests / diagnostics)
+
+    def __repr__(self):
+        return "<cufold Kernel %s %s>" % (self.name, self.key)
+
+    # --- compilation -------------------------------------------------------
+
+    def dispatcher(self):
+        """The Numba dispatcher, compiled eagerly for the signature (a fake
+        kernel in the simulator)."""
+        d = self._dispatcher
+        if d is None:
+            with self._setup_lock:
+                d = self._dispatcher
+                if d is None:
+                    d = cuda.jit(self.signature, **self.jit_options)(self.py_func)
+                    self._dispatcher = d
+        return d
+
+    def compiled(self, device_id=None):
+        """Numba's compiled kernel object (``_Kernel``) for the signature."""
+        dev = _arrays._current_device_id() if device_id is None else device_id
+        with _numba_device_ctx(dev):
+            d = self.dispatcher()
+            return next(iter(d.overloads.values()))
+
+    def _entry(self, dev):
+        """(handle, context) for ``dev``: from the disk cache, else compiled."""
+        with self._setup_lock:
+            ent = self._funcs.get(dev)
+            if ent is not None:
+                return ent
+            if self._direct_reason is not None:
+                raise _NoDirect(self._direct_reason)
+            drv = _driver()
+            ctx = _primary_context(dev)
+            handle = None
+            path = None
+            if self.disk_key is not None and _disk_enabled():
+                cc = _compute_capability(dev)
+                path = _cache_path(self.disk_key, self.signature, self.jit_options, cc)
+                got = _read_cubin(path)
+                if got is not None:
+                    try:
+                        handle = self._load_cubin(*got)
+                        self.loaded_from_disk[dev] = True
+                    except Exception as e:  # corrupt or incompatible: recompile
+                        warnings.warn("cufold: ignoring the cached kernel %s (%s)" % (path, e))
+                        handle = None
+            if handle is None:
+                with _numba_device_ctx(dev):
+                    k = self.compiled(dev)
+                    why = _direct_unsupported(k)
+                    if why:
+                        self._direct_reason = why
+                        raise _NoDirect(why)
+                    k.bind()
+                    lib = k._codelibrary
+                    cufunc = lib.get_cufunc()
+                    handle = int(cufunc.handle)
+                    self._keep.append(cufunc)
+                    self.loaded_from_disk[dev] = False
+                    if path is not None:
+                        _write_cubin(path, lib._entry_name, lib.get_cubin(_compute_capability(dev)))
+            ent = (drv.func(handle), ctx)
+            self._funcs[dev] = ent
+            return ent
+
+    def _load_cubin(self, entry, cubin):
+        from cuda.core import ObjectCode
+        obj = ObjectCode.from_cubin(cubin, name=self.name)
+        kern = obj.get_kernel(entry)
+        self._keep.append((obj, kern))
+        h = kern.handle
+        return int(h)
+
+    # --- launching -----------------------------------------------------------
+
+    def launch(self, grid, block, stream, shared_bytes, *args):
+        """Launch on ``grid`` x ``block`` (ints or 1-3 tuples) on raw stream
+        ``stream`` (int) with ``shared_bytes`` of dynamic shared memory.
+
+        ``args`` follow the signature: :class:`Arr` descriptors for arrays,
+        tuples of them for tuple types, Python/NumPy scalars for scalars. The
+        launch is asynchronous; a driver error raises :class:`LaunchError`.
+        """
+        if SIMULATOR or not DIRECT or self._direct_reason is not None:
+            return self._launch_numba(grid, block, stream, shared_bytes, args)
+        if grid.__class__ is int:
+            gx = grid
+            gy = gz = 1
+        else:
+            gx, gy, gz = _dim3(grid)
+        if block.__class__ is int:
+            bx = block
+            by = bz = 1
+        else:
+            bx, by, bz = _dim3(block)
+        with self._lock:
+            try:
+                dev = self._pack(*args)
+            except Exception as e:
+                raise self._arg_error(e) from None
+            ent = self._funcs.get(dev)
+            if ent is None:
+                try:
+                    ent = self._entry(dev)
+                except _NoDirect as e:
+                    self._direct_reason = str(e)
+            if ent is not None:
+                func, ctx = ent
+                if shared_bytes > 49152:
+                    self._allow_smem(dev, func, shared_bytes)
+                drv = _drv
+                cs = drv.streams.get(stream)
+                if cs is None:
+                    cs = drv.stream(stream)
+                if not drv.check_ctx:
+                    # one GPU: the current context is its primary one, or none at all
+                    res = drv.launch(func, gx, gy, gz, bx, by, bz, shared_bytes, cs, self._params, 0)
+                    if res != drv.ok and _error_code(res) == _CUDA_ERROR_INVALID_CONTEXT:
+                        res = self._launch_in(ctx, drv, func, gx, gy, gz, bx, by, bz, shared_bytes, cs)
+                else:
+                    res = self._launch_in(ctx, drv, func, gx, gy, gz, bx, by, bz, shared_bytes, cs)
+        if ent is None:
+            return self._launch_numba(grid, block, stream, shared_bytes, args)
+        if res != drv.ok:
+            raise LaunchError(
+                "cufold: launching kernel %s failed: %s; grid=%s block=%s shared=%d stream=%#x"
+                % (self.name, drv.error_name(res), grid, block, shared_bytes, stream or 0))
+
+    def _launch_in(self, ctx, drv, func, gx, gy, gz, bx, by, bz, shared_bytes, cs):
+        """Launch with ``ctx`` current: as is when it already is; adopting it in
+        a thread without a context; pushed for this launch only when another
+        device's (or a foreign) context is current."""
+        drv.ctx_get(self._ctx_addr)
+        cur = self._ctx_out.value
+        if cur == ctx:
+            return drv.launch(func, gx, gy, gz, bx, by, bz, shared_bytes, cs, self._params, 0)
+        if cur is None:
+            drv.ctx_set(ctx)
+            return drv.launch(func, gx, gy, gz, bx, by, bz, shared_bytes, cs, self._params, 0)
+        drv.ctx_push(ctx)
+        try:
+            return drv.launch(func, gx, gy, gz, bx, by, bz, shared_bytes, cs, self._params, 0)
+        finally:
+            drv.ctx_pop(self._ctx_addr)
+
+    def _arg_error(self, e):
+        if isinstance(e, TypeError) and str(e).startswith("cufold:"):
+            return e
+        return TypeError("cufold: the arguments of kernel %s do not match its signature (%s): %s: %s"
+                         % (self.name, ", ".join(str(t) for t in self.signature),
+                            type(e).__name__, e))
+
+    def _allow_smem(self, dev, func, nbytes):
+        if self._smem_set.get((dev, func), 0) >= nbytes:
+            return
+        from cuda.bindings import driver as cbd
+        attr = cbd.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = cbd.cuKernelSetAttribute(attr, nbytes, cbd.CUkernel(int(func)), dev)
+        if int(err):
+            (err2,) = cbd.cuFuncSetAttribute(cbd.CUfunction(int(func)), attr, nbytes)
+            if int(err2):
+                raise LaunchError("cufold: kernel %s cannot use %d bytes of dynamic shared memory (%s)"
+                                  % (self.name, nbytes, err))
+        self._smem_set[(dev, func)] = nbytes
+
+    def _view(self, a, i):
+        if isinstance(a, Arr):
+            return as_numba(a)
+        if isinstance(a, tuple):
+            return tuple(as_numba(x) if isinstance(x, Arr) else x for x in a)
+        t = self._scalar_types[i]
+        return a if t is None else t(a)
+
+    def _launch_numba(self, grid, block, stream, shared_bytes, args):
+        with self._lock:
+            try:
+                self._pack(*args)  # the same argument checks as the direct path
+            except Exception as e:
+                raise self._arg_error(e) from None
+        views = [self._view(a, i) for i, a in enumerate(args)]
+        if SIMULATOR:
+            d = self.dispatcher()
+            d[grid, block, 0, shared_bytes](*views)
+            return
+        dev = next((a.device_id for a in _iter_arrs(args)), None)
+        if dev is None:
+            dev = _arrays._current_device_id()
+        with _numba_device_ctx(dev):
+            d = self.dispatcher()
+            if shared_bytes > 49152:
+                k = next(iter(d.overloads.values()))
+                self._allow_smem(dev, int(k._codelibrary.get_cufunc().handle), shared_bytes)
+            d[grid, block, _numba_stream(stream), shared_bytes](*views)
+
+    # --- introspection -----------------------------------------------------------
+
+    @property
+    def direct(self):
+        """False once the direct path was found unusable for this kernel."""
+        return self._direct_reason is None
+
+    def packed_params(self, *args):
+        """The packed parameter bytes for ``args`` (one 8-byte slot per
+        parameter), for ABI tests."""
+        with self._lock:
+            self._pack(*args)
+            return bytes(self._buf.raw[:_FIELD * self._nparams])
+
+
+def _dim3(d):
+    if isinstance(d, (tuple, list)):
+        d = tuple(int(v) for v in d) + (1, 1)
+        return d[0], d[1], d[2]
+    return int(d), 1, 1
+
+
+def _iter_arrs(args):
+    for a in args:
+        if isinstance(a, Arr):
+            yield a
+        elif isinstance(a, tuple):
+            for x in a:
+                if isinstance(x, Arr):
+                    yield x
+
+
+def _direct_unsupported(k):
+    """Why Numba's compiled kernel ``k`` needs Numba's own launcher, or ''."""
+    if getattr(k, "cooperative", False):
+        return "the kernel needs a cooperative launch (grid sync)"
+    if getattr(k, "debug", False):
+        return "debug kernels report exceptions through Numba's launcher"
+    if getattr(k, "launch_config_sensitive", False):
+        return "the kernel was compiled for its launch configuration"
+    if getattr(k, "extensions", None):
+        return "the kernel has argument extensions"
+    lib = getattr(k, "_codelibrary", None)
+    if lib is None or not hasattr(lib, "get_cufunc"):
+        return "Numba's compiled kernel has no code library"
+    if getattr(lib, "_setup_functions", None) or getattr(lib, "_teardown_functions", None):
+        return "the kernel's module needs Numba's set-up (NRT)"
+    return ""
+
+
+_KERNELS = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def get_kernel(key, factory, disk_key=None, **jit_options):
+    """The :class:`Kernel` cached under ``key`` (hashable, e.g. ``('reduce',
+    op, value type, algorithm, tile)``), made on first use from
+    ``factory() -> (py_func, signature)``. ``disk_key`` may also be a
+    callable returning the text (evaluated only on a miss)."""
+    k = _KERNELS.get(key)
+    if k is not None:
+        return k
+    with _KERNELS_LOCK:
+        k = _KERNELS.get(key)
+        if k is None:
+            py_func, signature = factory()
+            dk = disk_key() if callable(disk_key) else disk_key
+            k = Kernel(py_func, signature, key=key, disk_key=dk, **jit_options)
+            _KERNELS[key] = k
+    return k
+
+
+# ---------------------------------------------------------------------------
+# workspace
+
+_WS = {}
+_WS_LOCK = threading.Lock()
+_WS_MIN = 4096
+
+
+def workspace(device_id, stream, nbytes):
+    """A zero-initialised device buffer of at least ``nbytes`` bytes, cached
+    per (device, stream) and grown geometrically (never shrunk); returns
+    ``(ptr, Arr)`` with the whole buffer as a 1-d uint8 :class:`Arr` (carve it
+    with ``Arr.view(dtype, shape, offset)``).
+
+    Kernels on one stream run in order, so one buffer per stream is safe.
+    Kernels that rely on zeros (counters, flags) must leave them zero. Growing
+    synchronises the device once (the old buffer may still be in use).
+    """
+    key = (device_id, stream)
+    w = _WS.get(key)
+    if w is not None and w.size >= nbytes:
+        return w.ptr, w
+    with _WS_LOCK:
+        w = _WS.get(key)
+        if w is None or w.size < nbytes:
+            cap = max(nbytes, _WS_MIN, 2 * w.size if w is not None else 0)
+            cap = (cap + 255) & ~255
+            w = _alloc_zeroed(device_id, cap, w is not None)
+            _WS[key] = w
+    return w.ptr, w
+
+
+def _alloc_zeroed(dev, nbytes, replacing):
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        a = FakeCUDAArray(np.zeros(nbytes, np.uint8))
+        return _arrays.describe(a, "workspace")
+    with _numba_device_ctx(dev):
+        if replacing:
+            cuda.synchronize()  # pending kernels may still use the old buffer
+        a = cuda.device_array(nbytes, dtype=np.uint8)
+        a.gpu_data.memset(0)
+        cuda.synchronize()
+    return _arrays.describe(a, "workspace")
+
+
+def clear_workspaces():
+    """Drop every cached workspace (after synchronising the devices)."""
+    with _WS_LOCK:
+        if not SIMULATOR:
+            for dev in {d for d, _ in _WS}:
+                with _numba_device_ctx(dev):
+                    cuda.synchronize()
+        _WS.clear()

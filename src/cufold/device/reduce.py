@@ -1,0 +1,567 @@
+"""Device-wide reduce: every algorithm of the seeds, one kernel factory.
+
+A tile is ``NT`` threads x ``VT`` items. Each thread folds its items in
+registers (register blocking, seed 002), the block folds the threads
+(``cufold.block.reduce``), and the algorithms differ only in how the blocks'
+partials meet:
+
+===============  =====================================================  =========
+name             how blocks meet                                         launches
+===============  =====================================================  =========
+``single_pass``  partials in a workspace, a counter + fence elects the  1
+                 last block, which folds them (seed 003; no atomics on
+                 the data, deterministic)
+``two_pass``     grid-stride partials, then one block folds them        2
+                 (seed 000's deviceReduce)
+``tiles``        one tile per block, host recursion until one tile      log_NV(n)
+                 remains (seed 002's Reduce)
+``single_block`` one block loops over everything (seed 002's small-     1
+                 input latency path)
+``atomic_warp``  warp shuffle reduce, lane 0 atomics into the result    2
+                 (seed 000)
+``atomic_block`` block reduce, thread 0 atomics into the result         2
+                 (seed 000)
+===============  =====================================================  =========
+
+The atomic algorithms need an operator with a hardware atomic for the
+result dtype; for floating point they are not bitwise reproducible, so they
+run only when asked for by name with ``deterministic=False``.
+
+Commutative operators load tiles in strided order (coalesced) and may
+accumulate across the grid in any order; non-commutative ones load each
+thread's items in blocked order and fold every tile in sequence (each block
+owns a contiguous range of tiles), so the result is the ordered fold.
+"""
+
+import collections
+import functools
+import math
+import os
+
+import numpy as np
+from numba import config, cuda
+from numba import types as nbtypes
+from numba.np.numpy_support import from_dtype
+
+from .. import _codegen, block
+from ..ops import as_op
+from ..values import ValueType
+from . import _arrays, _launch, _types
+
+ALGORITHMS = ("single_pass", "two_pass", "tiles", "single_block", "atomic_warp", "atomic_block")
+_ATOMIC_DTYPES = {np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64)}
+
+Tile = collections.namedtuple("Tile", "nt vt")
+
+
+def tile_for(in_vt, acc_vt):
+    """Threads per block and items per thread for this input and accumulator.
+
+    ``CUFOLD_TILE=NTxVT`` overrides (for study). The simulator uses tiny
+    tiles, so that small test inputs still cross tile and block boundaries.
+    """
+    forced = os.environ.get("CUFOLD_TILE")
+    if forced:
+        nt, vt = (int(v) for v in forced.lower().split("x"))
+        return Tile(nt, vt)
+    if config.ENABLE_CUDASIM:
+        return Tile(64, 2)
+    size = max(in_vt.itemsize, 1)
+    return Tile(256, 16 if size <= 4 else (8 if size <= 8 else 4))
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_blocks(device_id, nt):
+    if config.ENABLE_CUDASIM:
+        return 4
+    sms = cuda.gpus[device_id].MULTIPROCESSOR_COUNT
+    return sms * max(1, 2048 // nt)
+
+
+# --- lifts: input item and index -> accumulator value ----------------------------------
+
+def _lift_value(x, i):
+    return x
+
+
+def _lift_index(x, i):
+    return (x, i)
+
+
+def _lift_pair(x, i):
+    return (x, x)
+
+
+def _lift_welford(x, i):
+    return (1.0, x, 0.0)
+
+
+LIFTS = {"value": _lift_value, "index": _lift_index, "pair": _lift_pair, "welford": _lift_welford}
+
+
+@functools.lru_cache(maxsize=None)
+def _lift(kind, acc_vt):
+    return _codegen.build("def lift(x, i):\n    return cast(f(x, i))\n", "lift",
+                          {"cast": acc_vt.cast, "f": _codegen.device(LIFTS[kind])})
+
+
+# --- projections: accumulator value -> result -------------------------------------------
+
+def _project_value(v, ddof):
+    return v
+
+
+def _project_index(v, ddof):
+    return v[1]
+
+
+def _project_mean(v, ddof):
+    return v[1]
+
+
+def _project_var(v, ddof):
+    return v[2] / (v[0] - ddof)
+
+
+def _project_mean_var(v, ddof):
+    return (v[1], v[2] / (v[0] - ddof))
+
+
+PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _project_mean,
+               "var": _project_var, "mean_var": _project_mean_var}
+
+
+@functools.lru_cache(maxsize=None)
+def _project(kind, ddof, out_vt):
+    return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
+                          {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+
+
+# --- the kernel factory --------------------------------------------------------------
+
+Spec = collections.namedtuple(
+    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered")
+
+
+# --- the thread's accumulation protocol -------------------------------------------------
+# A thread folds its items through (start, update, finish): by default start is
+# the lift and update combines, but Welford's per-item division would make the
+# thread loop compute-bound, so a thread keeps shifted sums (n, K, sum(x-K),
+# sum((x-K)^2)) and turns them into (n, mean, M2) once, before the block merges
+# with Chan's formula.
+
+@functools.lru_cache(maxsize=None)
+def _protocol(spec):
+    acc_vt = spec.acc_vt
+    if spec.lift == "welford":
+        t = acc_vt.fields[0].type
+        env = {"T": t}
+        start = _codegen.build("def start(x, i):\n    return (T(1), T(x), T(0), T(0))\n", "start", env)
+        update = _codegen.build(
+            "def update(s, x, i):\n    d = T(x) - s[1]\n    return (s[0] + T(1), s[1], s[2] + d, s[3] + d * d)\n",
+            "update", env)
+        finish = _codegen.build(
+            "def finish(s):\n    q = s[2] / s[0]\n    return (s[0], s[1] + q, s[3] - s[2] * q)\n", "finish", env)
+        return start, update, finish
+    combine = spec.op.combine(acc_vt)
+    lift = _lift(spec.lift, acc_vt)
+    start = lift
+    update = _codegen.build("def update(s, x, i):\n    return combine(s, lift(x, i))\n", "update",
+                            {"combine": combine, "lift": lift})
+    finish = _codegen.build("def finish(s):\n    return s\n", "finish")
+    return start, update, finish
+
+
+@functools.lru_cache(maxsize=None)
+def _fold_tile(spec):
+    """Device function ``(state, have, xs, n, base, tid) -> (state, have)``: fold
+    this thread's items of one tile into its state.
+
+    A full tile issues all VT loads before the first combine (generated,
+    unrolled code), so they are in flight together whatever branches the
+    operator has; the last, partial tile is guarded item by item. ``have``
+    says whether ``state`` holds a value yet, so no identity is needed.
+    """
+    nt, vt = spec.tile
+    nv = nt * vt
+    step = 1 if spec.ordered else nt   # blocked order keeps a thread's items adjacent
+    span = vt if spec.ordered else 1
+    start, update, _ = _protocol(spec)
+    load = spec.in_vt.load
+    lines = ["def fold_full(state, have, xs, first):"]
+    lines += ["    x%d = load(xs, first + %d)" % (k, k * step) for k in range(vt)]
+    lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
+    lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1, vt)]
+    lines += ["    return state"]
+    fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full",
+                               {"load": load, "start": start, "update": update})
+
+    @cuda.jit(device=True)
+    def fold_tile(state, have, xs, n, base, tid):
+        first = base + tid * span
+        if base + nv <= n:  # a full tile: no bounds checks
+            return fold_full(state, have, xs, first), True
+        for k in range(vt):
+            i = first + k * step
+            if i < n:
+                x = load(xs, i)
+                state = update(state, x, i) if have else start(x, i)
+                have = True
+        return state, have
+
+    return fold_tile
+
+
+@functools.lru_cache(maxsize=None)
+def _fold_range(op, vt):
+    """Device function: fold ``arrays[lo:hi]`` sequentially (lo < hi)."""
+    combine, load = op.combine(vt), vt.load
+
+    @cuda.jit(device=True)
+    def fold_range(arrays, lo, hi):
+        acc = load(arrays, lo)
+        for i in range(lo + 1, hi):
+            acc = combine(acc, load(arrays, i))
+        return acc
+
+    return fold_range
+
+
+@functools.lru_cache(maxsize=None)
+def _atomic(op_atomic):
+    src = "def atomic(out, v):\n    cuda.atomic.%s(out, 0, v)\n" % op_atomic
+    return _codegen.build(src, "atomic")
+
+
+@functools.lru_cache(maxsize=None)
+def reduce_kernel(spec):
+    """The Python kernel function for ``spec`` (compiled by the launch path).
+
+    Arguments: ``(xs, n, partials, counter, out, init, has_init)``.
+    """
+    nt, vt = spec.tile
+    nv = nt * vt
+    span = vt if spec.ordered else 1
+    ordered = spec.ordered
+    finish = spec.finish
+    combine = spec.op.combine(spec.acc_vt)
+    fold_tile = _fold_tile(spec)
+    start, _, finish_state = _protocol(spec)
+    load = spec.in_vt.load
+    block_reduce = block.reduce(spec.op, spec.acc_vt, nt, algorithm=spec.block_algorithm, partial=True)
+    fold_partials = _fold_range(spec.op, spec.acc_vt)
+    store_acc, load_acc = spec.acc_vt.store, spec.acc_vt.load
+    store_out = spec.out_vt.store
+    project = _project(spec.project, spec.ddof, spec.out_vt)
+    is_atomic = finish in ("atomic_warp", "atomic_block")
+    warp_reduce = None
+    atomic = None
+    if is_atomic:
+        atomic = _atomic(spec.op.atomic)
+        from .. import warp
+        warp_reduce = warp.partial_reduce(spec.op, spec.acc_vt)
+
+    @cuda.jit(device=True)
+    def threads_with_items(n, base):
+        # Threads holding a value after the first tile: a prefix of the block.
+        left = n - base
+        return min(nt, (left + span - 1) // span) if left > 0 else 0
+
+    # Inlined: a device function holding shared memory (block_reduce) must be
+    # reached along one call path only, or Numba links its shared array twice.
+    @cuda.jit(device=True, inline="always")
+    def block_total(xs, n, tid):
+        """Fold this block's share; the result is valid on thread 0."""
+        block_id = cuda.blockIdx.x
+        grid = cuda.gridDim.x
+        acc = start(load(xs, 0), 0)  # any state of the right type; not counted until `have`
+        if not ordered:
+            have = False
+            base = block_id * nv
+            valid = threads_with_items(n, base)
+            while base < n:
+                acc, have = fold_tile(acc, have, xs, n, base, tid)
+                base += grid * nv
+            return block_reduce(finish_state(acc), max(valid, 1))
+        # Ordered: this block owns tiles [t0, t1) and folds them in sequence.
+        tiles = (n + nv - 1) // nv
+        per_block = (tiles + grid - 1) // grid
+        t0 = block_id * per_block
+        t1 = min(tiles, t0 + per_block)
+        running = finish_state(acc)
+        for t in range(t0, t1):
+            base = t * nv
+            acc, have = fold_tile(acc, False, xs, n, base, tid)
+            tile_total = block_reduce(finish_state(acc), max(threads_with_items(n, base), 1))
+            running = tile_total if t == t0 else combine(running, tile_total)
+        return running
+
+    @cuda.jit(device=True)
+    def write_result(out, total, init, has_init):
+        if has_init:
+            total = combine(init, total)
+        store_out(out, 0, project(total))
+
+    def kernel(xs, n, partials, counter, out, init, has_init):
+        tid = cuda.threadIdx.x
+        block_id = cuda.blockIdx.x
+        if finish == "atomic_warp":
+            # Seed 000's warp atomics: no shared memory, one atomic per warp.
+            acc = start(load(xs, 0), 0)
+            have = False
+            base = block_id * nv
+            valid = threads_with_items(n, base)
+            while base < n:
+                acc, have = fold_tile(acc, have, xs, n, base, tid)
+                base += cuda.gridDim.x * nv
+            lanes = min(max(valid - (tid - cuda.laneid), 0), 32)
+            total = warp_reduce(finish_state(acc), max(lanes, 1))
+            if cuda.laneid == 0 and lanes > 0:
+                atomic(out, total)
+            return
+        total = block_total(xs, n, tid)  # the host gives every block at least one tile
+        if finish == "atomic_block":
+            if tid == 0:
+                atomic(out, total)
+        elif finish == "final":
+            if tid == 0:
+                write_result(out, total, init, has_init)
+        elif finish == "partials":
+            if tid == 0:
+                store_acc(partials, block_id, total)
+        else:  # "last_block": seed 003's cross-block reduce without atomics on the data
+            if tid == 0:
+                store_acc(partials, block_id, total)
+                cuda.threadfence()
+                ticket = cuda.atomic.add(counter, 0, 1)
+                last = 1 if ticket == cuda.gridDim.x - 1 else 0
+            else:
+                last = 0
+            if cuda.syncthreads_or(last):
+                cuda.threadfence()
+                grid = cuda.gridDim.x
+                chunk = (grid + nt - 1) // nt
+                lo = min(tid * chunk, grid)
+                hi = min(lo + chunk, grid)
+                mine = fold_partials(partials, lo, hi) if lo < hi else load_acc(partials, 0)
+                final = block_reduce(mine, max((grid + chunk - 1) // chunk, 1))
+                if tid == 0:
+                    write_result(out, final, init, has_init)
+                    counter[0] = 0  # ready for the next launch on this stream
+
+    return kernel
+
+
+@functools.lru_cache(maxsize=None)
+def fill_kernel(out_vt):
+    """Kernel ``(out, value)``: one thread writes ``value`` (an empty input's result,
+    or the starting value of an atomic reduction)."""
+    store, cast = out_vt.store, out_vt.cast
+
+    def fill(out, value):
+        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+            store(out, 0, cast(value))
+
+    return fill
+
+
+# --- host side -------------------------------------------------------------------------
+
+def _out_fields(op, in_vt, dtype):
+    """Result field dtypes: ``dtype=`` if given; NumPy's sum/prod promotion for
+    plus/multiplies; otherwise the input's."""
+    from ..ops import multiplies, plus
+    if dtype is not None:
+        fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
+    elif op is plus or op is multiplies:
+        fields = tuple(_types.sum_dtype(f) for f in in_vt.fields)
+    else:
+        fields = in_vt.fields
+    return fields if in_vt.is_tuple else fields[0]
+
+
+class Plan(collections.namedtuple("Plan", "spec grid algorithm")):
+    """What one reduction will launch."""
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
+         ddof=0, deterministic=True):
+    """Choose and validate the algorithm, and size the grid."""
+    from . import _dispatch
+    if algorithm is None:
+        algorithm = _dispatch.choose_reduce(op, acc_vt, n, device_id)
+    elif algorithm not in ALGORITHMS:
+        raise ValueError("cufold: unknown reduce algorithm %r; choose from %s"
+                         % (algorithm, ", ".join(ALGORITHMS)))
+    if algorithm.startswith("atomic"):
+        _check_atomic(op, acc_vt, out_vt, deterministic, algorithm)
+    tile = tile_for(in_vt, acc_vt)
+    nv = tile.nt * tile.vt
+    tiles = -(-n // nv)
+    ordered = not op.commutative
+    if algorithm in ("single_block",):
+        grid = 1
+    elif algorithm == "tiles":
+        grid = tiles
+    else:
+        grid = min(tiles, _resident_blocks(device_id, tile.nt))
+        if algorithm in ("single_pass", "two_pass"):
+            grid = min(grid, tile.nt * 8)  # the last block folds <= 8 partials per thread
+    if ordered and grid > 1:
+        per_block = -(-tiles // grid)
+        grid = -(-tiles // per_block)  # every block owns at least one tile
+    finish = {"single_pass": "last_block", "two_pass": "partials", "tiles": "partials",
+              "single_block": "final", "atomic_warp": "atomic_warp",
+              "atomic_block": "atomic_block"}[algorithm]
+    if grid == 1 and finish in ("partials", "last_block"):
+        finish = "final"
+    spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered)
+    return Plan(spec, grid, algorithm)
+
+
+def _check_atomic(op, acc_vt, out_vt, deterministic, algorithm):
+    if op.atomic is None or acc_vt.is_tuple or acc_vt != out_vt or acc_vt.dtype not in _ATOMIC_DTYPES:
+        raise ValueError(
+            "cufold: algorithm %r needs an operator with a hardware atomic (plus, minimum, maximum, bit "
+            "ops) on int32/uint32/int64/uint64/float32/float64 results; %s on %s has none"
+            % (algorithm, op.name, acc_vt))
+    if acc_vt.dtype.kind == "f" and op.name == "plus" and deterministic:
+        raise ValueError(
+            "cufold: floating-point atomic sums are not bitwise reproducible; pass "
+            "deterministic=False to use %r" % algorithm)
+
+
+def _nbtype(arg):
+    """The Numba type of a launch argument (an Arr, a tuple of them, or a scalar)."""
+    if isinstance(arg, tuple):
+        return nbtypes.BaseTuple.from_types([_nbtype(a) for a in arg])
+    if isinstance(arg, _arrays.Arr):
+        layout = "C" if arg.c_contiguous else "A"
+        return nbtypes.Array(from_dtype(arg.dtype), arg.ndim, layout)
+    if isinstance(arg, (bool, np.bool_)):
+        return nbtypes.boolean
+    return from_dtype(np.asarray(arg).dtype)
+
+
+def _layout(arg):
+    """What of an argument decides the compiled code: cheap to compute per call."""
+    if arg.__class__ is tuple:
+        return tuple(_layout(a) for a in arg)
+    if arg.__class__ is _arrays.Arr:
+        return (arg.dtype, arg.ndim, arg.c_contiguous)
+    return arg.__class__
+
+
+_kernels = {}
+
+
+def launch(fn, key, grid, nt, stream, args):
+    """Compile ``fn`` for the argument types once (cached by ``key`` and the
+    argument layout) and launch it through the one launch path."""
+    k = (key, tuple(_layout(a) for a in args))
+    kernel = _kernels.get(k)
+    if kernel is None:
+        sig = tuple(_nbtype(a) for a in args)
+        kernel = _kernels[k] = _launch.Kernel(fn, sig, key=repr(k))
+    kernel.launch(grid, nt, stream, 0, *args)
+
+
+_counters = {}
+_workspaces = {}
+
+
+def _workspace(device_id, stream, acc_vt, count):
+    key = (device_id, stream, acc_vt, count)
+    got = _workspaces.get(key)
+    if got is None:
+        if len(_workspaces) > 1024:
+            _workspaces.clear()
+        got = _workspaces[key] = _make_workspace(device_id, stream, acc_vt, count)
+    return got
+
+
+def _make_workspace(device_id, stream, acc_vt, count):
+    """Per-(device, stream) scratch: ``count`` accumulator values per field, plus
+    the zeroed arrival counter of the last-block reduction (the last block resets
+    it, so it is zero before every launch)."""
+    key = (device_id, stream)
+    counter = _counters.get(key)
+    if counter is None:
+        counter = _counters[key] = _arrays.describe(cuda.to_device(np.zeros(1, np.uint32)))
+    nbytes = sum(-(-count * f.itemsize // 16) * 16 for f in acc_vt.fields)
+    _, ws = _launch.workspace(device_id, stream, max(nbytes, 16))
+    views, offset = [], 0
+    for f in acc_vt.fields:
+        views.append(ws.view(f, (count,), offset))
+        offset += -(-count * f.itemsize // 16) * 16
+    return (tuple(views) if acc_vt.is_tuple else views[0]), counter
+
+
+def _fields(vt, arrs):
+    return tuple(arrs) if vt.is_tuple else arrs[0]
+
+
+def run(plan_, xs, n, outs, stream, device_id, init):
+    """Launch a plan: ``xs`` the input Arr(s), ``outs`` 1-element Arr(s) of the result."""
+    spec, grid = plan_.spec, plan_.grid
+    acc_vt, nt = spec.acc_vt, spec.tile.nt
+    has_init = init is not None
+    init_value = acc_vt.make(init) if has_init else _zero(acc_vt)
+    partial_count = grid if spec.finish in ("partials", "last_block") else 1
+    partials, counter = _workspace(device_id, stream, acc_vt, max(partial_count, 1))
+    if spec.finish in ("atomic_warp", "atomic_block"):
+        start = init_value if has_init else spec.op.identity_for(acc_vt)
+        launch(fill_kernel(spec.out_vt), ("fill", spec.out_vt), 1, 1, stream, (outs, start))
+    if spec.finish != "partials":
+        launch(reduce_kernel(spec), ("reduce", spec), grid, nt, stream,
+               (xs, n, partials, counter, outs, init_value, has_init))
+        return
+    # Partials, then fold them again: once more for two_pass (one block), recursively for tiles.
+    launch(reduce_kernel(spec), ("reduce", spec), grid, nt, stream,
+           (xs, n, partials, counter, outs, init_value, has_init))
+    again = plan(spec.op, acc_vt, acc_vt, spec.out_vt, grid, device_id,
+                 "single_block" if plan_.algorithm == "two_pass" else plan_.algorithm,
+                 project=spec.project, ddof=spec.ddof)
+    if again.grid > 1:
+        # Fold into a second scratch area behind the first (tiles recursion).
+        copy = _copy_partials(device_id, stream, acc_vt, partials, grid)
+        run(again, copy, grid, outs, stream, device_id, init)
+        return
+    launch(reduce_kernel(again.spec), ("reduce", again.spec), 1, again.spec.tile.nt, stream,
+           (partials, grid, partials, counter, outs, init_value, has_init))
+
+
+_spare = {}
+
+
+def _copy_partials(device_id, stream, acc_vt, partials, count):
+    """The tiles recursion reads level k while writing level k+1: give level k its
+    own buffer (bounded by n / tile, allocated once per size class)."""
+    key = (device_id, stream, acc_vt, count.bit_length())
+    arrs = _spare.get(key)
+    if arrs is None:
+        cap = 1 << count.bit_length()
+        arrs = _spare[key] = tuple(_arrays.describe(cuda.device_array(cap, f)) for f in acc_vt.fields)
+    fields = partials if acc_vt.is_tuple else (partials,)
+    dst = tuple(a.view(a.dtype, (count,), 0) for a in arrs)
+    launch(_copy_kernel(acc_vt), ("copy", acc_vt), -(-count // 256), 256, stream,
+           (_fields(acc_vt, fields), _fields(acc_vt, dst), count))
+    return _fields(acc_vt, dst)
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_kernel(vt):
+    load, store = vt.load, vt.store
+
+    def copy(src, dst, n):
+        i = cuda.grid(1)
+        if i < n:
+            store(dst, i, load(src, i))
+
+    return copy
+
+
+@functools.lru_cache(maxsize=None)
+def _zero(vt):
+    return vt.make(tuple(0 for _ in vt.fields) if vt.is_tuple else 0)

@@ -1,0 +1,38 @@
+"""Test set-up: the same tests run on a real GPU and in Numba's CPU simulator.
+
+With no GPU on the machine (CI), the simulator is switched on before numba is
+imported, and cufold installs its warp intrinsics into it. Set
+``NUMBA_ENABLE_CUDASIM`` yourself to force either mode.
+"""
+
+import glob
+import zlib
+import os
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not glob.glob("/dev/nvidia[0-9]*"):
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from numba import config  # noqa: E402
+
+import cufold  # noqa: E402,F401  (installs the simulator's warp intrinsics)
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+
+def pytest_report_header(config):
+    return "cufold: running kernels on %s" % ("the CPU simulator" if SIMULATOR else "the GPU")
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh generator per test, seeded from the test name and a run salt
+    (``CUFOLD_TEST_SEED``), printed on failure through the test id."""
+    salt = int(os.environ.get("CUFOLD_TEST_SEED", "0"))
+    seed = (zlib.crc32(request.node.nodeid.encode()) + salt) % (2**32)
+    return np.random.default_rng(seed)
+
+
+gpu_only = pytest.mark.skipif(SIMULATOR, reason="needs a real GPU")
+simulator_only = pytest.mark.skipif(not SIMULATOR, reason="simulator behaviour")

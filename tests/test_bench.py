@@ -1,0 +1,595 @@
+"""cufold.bench: the pure-Python parts, on the CPU (no GPU, torch or CuPy needed).
+
+The runner is exercised end to end with a NumPy "backend" (host arrays as
+device arrays, a wall clock as the event clock); one test drives real cufold
+calls through Numba (the simulator on a machine without a GPU).
+"""
+
+import datetime
+import io
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from cufold import bench
+from cufold.bench import backends as B
+from cufold.bench import report as R
+from cufold.bench import runner as RU
+from cufold.bench import suites as S
+from cufold.bench import timing as T
+
+
+# --- sizes, rotation, reps ---------------------------------------------------------
+def test_parse_sizes():
+    assert T.parse_sizes("10:28") == list(range(10, 29))
+    assert T.parse_sizes("10:28:2") == list(range(10, 29, 2))
+    assert T.parse_sizes("20,10,16,10") == [10, 16, 20]
+    assert T.parse_sizes("10:12,2^20, 2**24") == [10, 11, 12, 20, 24]
+    assert T.parse_sizes([12, 10]) == [10, 12]
+    for bad in ("abc", "28:10", "40", "10:12:0", "1:2:3:4", ""):
+        with pytest.raises(ValueError, match="cufold bench"):
+            T.parse_sizes(bad)
+
+
+def test_parse_list():
+    assert T.parse_list(None) is None
+    assert T.parse_list(" a, b,,c ") == ["a", "b", "c"]
+    assert T.parse_list(",") is None
+
+
+def test_rotation_count():
+    l2 = 50 << 20
+    assert T.rotation_count(4 << 10, l2) == 64                      # capped: L2-resident
+    assert T.rotation_count(4 << 10, l2, cap=8) == 8
+    assert T.rotation_count(1 << 30, l2) == 1                       # one buffer >> L2
+    for nbytes in (1 << 20, 4 << 20, 16 << 20, 40 << 20, 150 << 20, 151 << 20):
+        k = T.rotation_count(nbytes, l2)
+        if k < 64:
+            assert k * nbytes > 3 * l2                              # rotation exceeds 3x L2
+            assert k == 1 or (k - 1) * nbytes <= 3 * l2             # ... with no buffer to spare
+    assert T.rotation_count(4 << 20, None) == T.rotation_count(4 << 20, T.DEFAULT_L2_BYTES)
+    assert T.rotation_note(64, 4096, l2).startswith("L2-resident")
+    assert T.rotation_note(1, 1 << 30, l2) == ""
+
+
+def test_choose_reps_and_calls():
+    kw = dict(target_s=0.25, min_reps=20, max_reps=2000, max_total_s=2.0)
+    assert T.choose_reps(1e-6, **kw) == 2000            # tiny: capped
+    assert T.choose_reps(1e-3, **kw) == 250             # target time
+    assert T.choose_reps(0.05, **kw) == 20              # min reps (1 s < 2 s)
+    assert T.choose_reps(0.2, **kw) == 10               # slow: fewer than min reps
+    assert T.choose_reps(5.0, **kw) == 3                # never below the floor
+    assert T.choose_reps(0, **kw) == 2000
+    assert T.choose_calls(5e-6, 0.08, 100, 20000) == 16000
+    assert T.choose_calls(1.0, 0.08, 100, 20000) == 100
+
+
+def test_summarize():
+    s = T.summarize([3, 1, 2, 10])
+    assert s["median"] == 2.5 and s["min"] == 1 and s["max"] == 10 and s["n"] == 4
+    assert s["p10"] == pytest.approx(1.3)
+    assert T.summarize([])["median"] is None
+
+
+def test_settings_quick_and_overrides():
+    q = T.Settings.quick()
+    assert q.target_s < T.Settings().target_s and q.min_reps < 20
+    args = bench.build_parser().parse_args(["reduce", "--quick", "--min-reps", "7", "--call-max", "18", "--no-raw"])
+    s = bench._settings(args)
+    assert s.min_reps == 7 and s.call_max_log2 == 18 and s.raw is False and s.target_s == q.target_s
+
+
+# --- data and checks ----------------------------------------------------------------
+def test_generate_grid_is_exact_in_float32():
+    (x,) = S.generate("float32", "grid", 1 << 16, 1, seed=1)
+    assert x.dtype == np.float32 and x.min() >= -1 and x.max() <= 1
+    assert abs(float(np.mean(x, dtype=np.float64))) < 0.02                # zero mean: no drift
+    assert np.all(x * 256 == np.round(x * 256))
+    # any order gives the exact sum: sequential float32 == float64
+    assert float(np.cumsum(x, dtype=np.float32)[-1]) == float(np.sum(x, dtype=np.float64))
+    bufs = S.generate("int32", "grid", 1000, 3, seed=2)
+    assert len(bufs) == 3 and all(b.dtype == np.int32 and b.min() == -8 and b.max() == 8 for b in bufs)
+    assert not np.array_equal(bufs[0], bufs[1])
+    (u,) = S.generate("float32", "uniform", 1000, 1, seed=3)
+    assert np.any(u * 256 != np.round(u * 256))
+
+
+def _cctx(kind, x, idx=None):
+    return S.CheckCtx(S.reference(kind, x), x, idx, x.size, x.dtype)
+
+
+def test_checks():
+    (x,) = S.generate("float32", "grid", 4096, 1, seed=4)
+    c = _cctx("sum", x)
+    assert S.check_sum(np.float32(np.sum(x, dtype=np.float64)), c)[0]
+    assert not S.check_sum(np.float32(np.sum(x[:-512], dtype=np.float64) + 7), c)[0]
+    assert not S.check_sum(np.float32("nan"), c)[0]
+    xi = x.astype(np.int32)
+    assert S.check_sum(np.int64(xi.sum()), _cctx("sum", xi))[0]
+    assert not S.check_sum(np.int64(xi.sum() + 1), _cctx("sum", xi))[0]
+
+    sc = _cctx("scan", x)
+    good = np.cumsum(x, dtype=np.float32)
+    assert S.check_scan(good, sc)[0]
+    bad = good.copy()
+    bad[100] += 1
+    ok, note = S.check_scan(bad, sc)
+    assert not ok and "first at 100" in note
+    idx = np.array([0, 5, 4095])
+    assert S.check_scan(good[idx], _cctx("scan", x, idx))[0]
+
+    xa = np.array([0.5, 0.9, -1, 0.9], dtype=np.float32)
+    ac = _cctx("argmax", xa)
+    assert S.check_argmax(np.int64(1), ac) == (True, "")
+    ok, note = S.check_argmax(np.int64(3), ac)
+    assert ok and "tie" in note
+    assert not S.check_argmax(np.int64(0), ac)[0]
+    assert not S.check_argmax(np.int64(9), ac)[0]
+    assert S.check_argmax((np.float32(0.9), np.int64(1)), ac)[0]
+
+    (u,) = S.generate("float32", "uniform", 4096, 1, seed=5)
+    mc = _cctx("mean_var", u)
+    m, v0, v1 = float(np.mean(u, dtype=np.float64)), float(np.var(u, dtype=np.float64)), float(np.var(u, ddof=1, dtype=np.float64))
+    assert S.check_mean_var((m, v0), mc) == (True, "")
+    assert S.check_mean_var((m, v1), mc)[0]
+    assert not S.check_mean_var((v0, m), mc)[0]                 # wrong order
+    assert S.check_mean_var(S._swap((v1, m)), mc)[0]            # torch.var_mean's order, canonicalized
+
+    assert S.check_copy(x.copy(), _cctx("sum", x))[0]
+
+
+def test_sample_indices():
+    assert S.sample_indices(1 << 20) is None
+    idx = S.sample_indices(1 << 24)
+    assert idx[0] == 0 and idx[-1] == (1 << 24) - 1 and np.all(np.diff(idx) > 0)
+
+
+# --- peers missing --------------------------------------------------------------------
+def _importer(missing):
+    import importlib
+
+    def imp(name):
+        if any(name == m or name.startswith(m + ".") for m in missing):
+            raise ModuleNotFoundError("No module named %r" % name)
+        return importlib.import_module(name)
+    return imp
+
+
+def test_cupy_accelerators_spec():
+    assert B.parse_cupy_accelerators("cub") == (["cub"], ["cub"])
+    assert B.parse_cupy_accelerators(None) == (["cub"], ["cub"])
+    assert B.parse_cupy_accelerators("cub:none") == (["cub"], [])
+    assert B.parse_cupy_accelerators("none") == ([], [])
+    for bad in ("cub:cub:cub", "fast"):
+        with pytest.raises(ValueError):
+            B.parse_cupy_accelerators(bad)
+
+
+def test_probe_reports_missing_peers():
+    env = B.probe(importer=_importer({"torch", "cupy", "cuda"}))
+    assert env.skipped["torch"].startswith("torch not importable")
+    assert env.skipped["cupy"].startswith("cupy not importable")
+    assert env.skipped["cuda.compute"].startswith("cuda.compute not importable")
+    assert env.has("cufold")
+    assert "torch" not in env.modules
+    assert any("skipped: cuda.compute not importable" in line for line in env.summary_lines())
+    with pytest.raises(B.Skip, match="cupy not importable"):
+        env.get("cupy")
+
+
+def test_cases_skip_missing_peers():
+    env = B.probe(importer=_importer({"torch", "cupy", "cuda"}))
+    cases = S.build_cases("reduce", env)
+    assert [c.id for c in cases][:3] == ["sum/float32", "sum/float64", "sum/int32"]
+    by = {(c.id, cand.label): cand for c in cases for cand in c.candidates}
+    assert by[("sum/float32", "torch.sum")].skip.startswith("torch not importable")
+    assert by[("sum/float32", "cupy.sum (CUB)")].skip.startswith("cupy not importable")
+    assert by[("sum/float32", "cuda.compute.reduce_into")].skip.startswith("cuda.compute not importable")
+    # filters
+    only = S.build_cases("reduce", env, dtypes=["float32"], cases=["sum"], only=["cufold", "torch"])
+    assert [c.id for c in only] == ["sum/float32"]
+    assert [c.label for c in only[0].candidates] == ["cufold.sum", "torch.sum"]
+    assert [c.id for c in S.build_cases("scan", env, cases=["alg"])] == ["scan-alg/int32", "scan-alg/float32"]
+    scan = S.build_cases("scan", env, dtypes=["float32"], only=["torch"])
+    assert [c.role for c in scan[0].candidates] == ["peer", "ceiling"]        # copy ceiling kept
+    with pytest.raises(ValueError, match="unsupported dtypes"):
+        S.build_cases("reduce", env, dtypes=["float16"])
+
+
+def test_cufold_missing_function_is_a_skip():
+    class FakeCufold:
+        class Op:
+            pass
+        argmax = Op()
+
+        @staticmethod
+        def algorithms(kind):
+            raise ImportError("not yet")
+
+    env = B.Env()
+    env.modules["cufold"] = FakeCufold
+    with pytest.raises(B.Skip, match="cufold.sum missing"):
+        S._cufold_attr(env, "sum")
+    with pytest.raises(B.Skip, match="is the operator"):
+        S._cufold_attr(env, "argmax")
+    FakeCufold.argmax.device_reduction = len          # an operator that also reduces arrays
+    FakeCufold.argmax.__class__.__call__ = lambda self, x: self.device_reduction(x)
+    assert S._cufold_attr(env, "argmax") is FakeCufold.argmax
+    del FakeCufold.argmax.device_reduction
+    env.skipped.update(torch="torch not importable", cupy="cupy not importable", numba="no GPU")
+    cases = S.build_cases("reduce", env, dtypes=["float32"])
+    by = {(c.id, cand.label): cand for c in cases for cand in c.candidates}
+    assert by[("sum/float32", "cufold.sum")].skip == "cufold.sum missing"
+    assert "algorithms('reduce') failed" in by[("reduce-alg/float32", "cufold.reduce[*]")].skip
+
+
+def test_main_dry_run_and_no_gpu(monkeypatch):
+    fake = _importer({"torch", "cupy", "cuda"})
+    real_probe = B.probe
+    monkeypatch.setattr(B, "probe", lambda importer=None, libs=B.LIBS, **kw: real_probe(importer=fake, libs=libs, **kw))
+    out, err = io.StringIO(), io.StringIO()
+    assert bench.main(["reduce", "--dry-run", "--sizes", "10:12"], stdout=out, stderr=err) == 0
+    text = out.getvalue()
+    assert "skipped: torch not importable" in text and "skipped: cuda.compute not importable" in text
+    assert "sizes: 2^10, 2^11, 2^12" in text and "targets:" in text
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+
+    def no_gpu(importer=None, libs=B.LIBS, **kw):
+        env = real_probe(importer=fake, libs=libs, **kw)
+        env.modules.pop("numba", None)
+        env.skipped["numba"] = "numba.cuda: no CUDA GPU"
+        env.simulator = False
+        return env
+    monkeypatch.setattr(B, "probe", no_gpu)
+    out, err = io.StringIO(), io.StringIO()
+    assert bench.main(["scan", "--sizes", "10"], stdout=out, stderr=err) == 2
+    assert "no GPU array library" in err.getvalue()
+    out = io.StringIO()
+    assert bench.main(["bykey"], stdout=out) == 0 and "not implemented yet" in out.getvalue()
+    assert bench.main(["reduce", "--sizes", "nonsense"], stdout=io.StringIO(), stderr=io.StringIO()) == 2
+    out = io.StringIO()
+    assert bench.main(["list"], stdout=out) == 0 and "hist" in out.getvalue()
+
+
+# --- synthetic results: ratios, table, targets, files -------------------------------------
+def _rec(case, label, role, k, gpu, call=None, status="ok", note="", bpe=4):
+    n = 1 << k
+    r = {"case": case, "label": label, "lib": label.split(".")[0], "role": role, "log2n": k, "n": n,
+         "bytes": bpe * n, "status": status, "note": note}
+    if status == "ok":
+        r.update(gpu_us=gpu, GBps=bpe * n / gpu / 1e3, reps=20, buffers=1)
+        if call is not None:
+            r["call_us"] = call
+    return r
+
+
+def synthetic_results():
+    cases = [
+        {"id": "sum/float32", "title": "sum float32", "dtype": "float32", "bytes_per_elem": 4, "peers_from": None,
+         "labels": ["cufold.sum", "torch.sum", "cupy.sum (CUB)", "cuda.compute.reduce_into"],
+         "roles": {"cufold.sum": "cufold", "torch.sum": "peer", "cupy.sum (CUB)": "peer",
+                   "cuda.compute.reduce_into": "peer"}},
+        {"id": "reduce-alg/float32", "title": "algorithms", "dtype": "float32", "bytes_per_elem": 4,
+         "peers_from": "sum/float32", "labels": ["cufold.reduce[a]"], "roles": {"cufold.reduce[a]": "cufold"}},
+        {"id": "argmax/float32", "title": "argmax", "dtype": "float32", "bytes_per_elem": 4, "peers_from": None,
+         "labels": ["cufold.argmax", "torch.argmax"], "roles": {"cufold.argmax": "cufold", "torch.argmax": "peer"}},
+        {"id": "scan/int32", "title": "scan int32", "dtype": "int32", "bytes_per_elem": 8, "peers_from": None,
+         "labels": ["cufold.inclusive_scan", "torch.cumsum", "copy (device-to-device)"],
+         "roles": {"cufold.inclusive_scan": "cufold", "torch.cumsum": "peer", "copy (device-to-device)": "ceiling"}},
+    ]
+    recs = []
+    for k in (10, 20, 24, 28):
+        call = k <= 20
+        recs.append(_rec("sum/float32", "cufold.sum", "cufold", k, 2.0 * (1 << max(0, k - 18)) + 4,
+                         call=5.0 if call else None))
+        recs.append(_rec("sum/float32", "torch.sum", "peer", k, 2.2 * (1 << max(0, k - 18)) + 4,
+                         call=4.0 if call else None))
+        recs.append(_rec("sum/float32", "cupy.sum (CUB)", "peer", k, 2.1 * (1 << max(0, k - 18)) + 5,
+                         call=8.0 if call else None))
+        recs.append(_rec("sum/float32", "cuda.compute.reduce_into", "peer", k, None, status="skipped",
+                         note="cuda.compute not importable"))
+        recs.append(_rec("reduce-alg/float32", "cufold.reduce[a]", "cufold", k, 1.0 * (1 << max(0, k - 18)) + 4,
+                         call=3.0 if call else None))
+        recs.append(_rec("argmax/float32", "cufold.argmax", "cufold", k, None, status="mismatch",
+                         note="got 3, expected 4") if k == 20 else
+                    _rec("argmax/float32", "cufold.argmax", "cufold", k, 100.0, note="tie: index 5, first 4"))
+        recs.append(_rec("argmax/float32", "torch.argmax", "peer", k, 120.0))
+        recs.append(_rec("scan/int32", "cufold.inclusive_scan", "cufold", k, 1000.0, call=900.0 if call else None,
+                         bpe=8))
+        recs.append(_rec("scan/int32", "torch.cumsum", "peer", k, 1100.0, call=800.0 if call else None, bpe=8))
+        recs.append(_rec("scan/int32", "copy (device-to-device)", "ceiling", k, 950.0, bpe=8))
+    meta = {"suite": "reduce", "date": "2030-01-01T00:00:00", "device": {"name": "Fake GPU", "cc": "9.0",
+            "l2_bytes": 50 << 20, "l2_known": True}, "l2_bytes": 50 << 20, "versions": {"numpy": np.__version__},
+            "settings": {"call_max_log2": 20}, "copy_GBps": 3000.0,
+            "copy": {"label": "copy (fake)", "bytes": 512 << 20, "status": "ok"},
+            "skipped_libs": {"cuda.compute": "cuda.compute not importable: ModuleNotFoundError"}}
+    targets = list(S.REDUCE_TARGETS) + [t for t in S.SCAN_TARGETS if t["case"] == "scan/int32"]
+    return {"meta": meta, "cases": cases, "records": recs, "targets": targets}
+
+
+def test_time_basis_and_ratios():
+    res = synthetic_results()
+    r10 = R._rec(res, "sum/float32", "cufold.sum", 10)
+    assert R.time_of(r10) == (5.0, "call")
+    assert R.time_of(r10, call_max_log2=9) == (r10["gpu_us"], "gpu")
+    assert R.time_of(R._rec(res, "sum/float32", "cufold.sum", 28))[1] == "gpu"
+    # at 2^10 per call: torch 4.0 is the best peer, cufold 5.0 -> 0.8 (cufold slower)
+    assert R.best_peer(res, "sum/float32", 10) == ("torch.sum", 4.0)
+    assert R.ratio(res, "sum/float32", "cufold.sum", 10) == pytest.approx(0.8)
+    # at 2^28 gpu: cufold 2*1024+4, cupy 2.1*1024+5 (best) -> > 1: cufold faster
+    bl, bt = R.best_peer(res, "sum/float32", 28)
+    assert bl == "cupy.sum (CUB)"
+    x = R.ratio(res, "sum/float32", "cufold.sum", 28)
+    assert x == pytest.approx((2.1 * 1024 + 5) / (2.0 * 1024 + 4)) and x > 1
+    # ... which equals the bandwidth ratio
+    rc, rp = R._rec(res, "sum/float32", "cufold.sum", 28), R._rec(res, "sum/float32", bl, 28)
+    assert x == pytest.approx(rc["GBps"] / rp["GBps"])
+    # algorithm cases take their peers from peers_from
+    assert R.best_peer(res, "reduce-alg/float32", 28)[0] == "cupy.sum (CUB)"
+    assert R.ratio(res, "reduce-alg/float32", "cufold.reduce[a]", 10) == pytest.approx(4.0 / 3.0)
+    assert R.ratio(res, "argmax/float32", "cufold.argmax", 20) is None          # mismatch: no ratio
+
+
+def test_format_table():
+    text = R.format_table(synthetic_results())
+    assert "Fake GPU" in text and "copy ceiling: 3000 GB/s" in text
+    assert "> 1: cufold faster" in text
+    assert "skipped: cuda.compute not importable" in text
+    assert "not run: cuda.compute.reduce_into: cuda.compute not importable" in text
+    assert "MISMATCH" in text and "!! cufold.argmax MISMATCH at 2^20: got 3, expected 4" in text
+    assert "tie: index 5" in text
+    block = text.split("== sum float32")[1].split("\n\n")[0]
+    rows = [l for l in block.splitlines() if l.startswith("2^")]
+    assert len(rows) == 4
+    assert rows[0].split("|")[1].strip() == "call" and rows[-1].split("|")[1].strip() == "gpu"
+    assert rows[0].split("|")[2].split()[0] == "5.00"          # cufold per-call µs at 2^10
+    assert rows[0].split("|")[2].split()[2] == "0.80"          # ratio
+    assert rows[0].rstrip().endswith("torch.sum")               # best peer at 2^10
+    assert "best peer (sum/float32)" in text
+
+
+def test_evaluate_targets():
+    ev = {e["name"]: e for e in R.evaluate_targets(synthetic_results())}
+    bw = ev["sum f32 @2^28 bandwidth vs best peer"]
+    assert bw["status"] == "PASS" and bw["value"] == pytest.approx((2.1 * 1024 + 5) / (2.0 * 1024 + 4))
+    t24 = ev["sum f32 @2^24 time vs best peer"]
+    assert t24["status"] == "PASS" and t24["value"] == pytest.approx((2.0 * 64 + 4) / (2.1 * 64 + 5))
+    pc = ev["sum f32 per call 2^10..2^20 vs torch.sum"]
+    assert pc["status"] == "MISS" and pc["value"] == pytest.approx(5.0 / 4.0) and "geomean" in pc["detail"]
+    am = ev["argmax f32 @2^28 speedup vs torch.argmax"]
+    assert am["status"] == "PASS" and am["value"] == pytest.approx(1.2)
+    mv = ev["mean/var f32 @2^28 speedup vs torch.var_mean"]
+    assert mv["status"] == "n/a" and "not measured" in mv["detail"]
+    cf = ev["int32 inclusive scan @2^28 vs copy bandwidth"]
+    assert cf["status"] == "PASS" and cf["value"] == pytest.approx(0.95) and "copy (device-to-device)" in cf["detail"]
+    sc = ev["int32 scan per call 2^10..2^20 vs torch.cumsum"]
+    assert sc["status"] == "MISS" and sc["value"] == pytest.approx(900 / 800)
+    text = R.format_targets(list(ev.values()), "reduce")
+    assert "PASS" in text and "MISS" in text and "n/a" in text and "95.0% >= 90%" in text
+    # a missing size is n/a, not a crash
+    res = synthetic_results()
+    res["records"] = [r for r in res["records"] if r["log2n"] != 28]
+    ev = {e["name"]: e for e in R.evaluate_targets(res)}
+    assert ev["sum f32 @2^28 bandwidth vs best peer"]["status"] == "n/a"
+    assert "2^28 not measured" in ev["sum f32 @2^28 bandwidth vs best peer"]["detail"]
+    # copy fraction falls back on the run's copy ceiling
+    res = synthetic_results()
+    res["records"] = [r for r in res["records"] if r["role"] != "ceiling"]
+    e = [x for x in R.evaluate_targets(res) if x["kind"] == "copy_frac"][0]
+    assert e["value"] == pytest.approx((8 << 28) / 1000.0 / 1e3 / 3000.0)
+
+
+def test_json_and_plots(tmp_path):
+    res = synthetic_results()
+    res["records"][0]["np_scalar"] = np.float32(1.5)
+    R.format_table(res)                                     # builds the private index
+    path = R.write_json(res, str(tmp_path / "deep" / "results.json"))
+    back = R.load_json(str(tmp_path / "deep"))
+    assert "_index" not in back and back["records"][0]["np_scalar"] == 1.5
+    assert back["meta"]["device"]["name"] == "Fake GPU"
+    assert json.load(open(path))["cases"][0]["id"] == "sum/float32"
+    pytest.importorskip("matplotlib")
+    png = R.plot_bandwidth(back, str(tmp_path / "bandwidth.png"))
+    call = R.plot_calls(back, str(tmp_path / "call.png"))
+    for p in (png, call):
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    out = io.StringIO()
+    import contextlib
+    with contextlib.redirect_stdout(out):
+        assert bench.main(["report", str(tmp_path / "deep"), "--no-plot"]) == 0
+    assert "targets (reduce):" in out.getvalue() and "== sum float32" in out.getvalue()
+
+
+def test_out_dir_names():
+    when = datetime.datetime(2030, 1, 2, 3, 4, 5)
+    d = R.default_out_dir("reduce", "NVIDIA H100 80GB HBM3", when)
+    assert d == os.path.join("bench", "results", "reduce-NVIDIA-H100-80GB-HBM3-20300102-030405")
+    assert R.slug(None) == "unknown-gpu" and R.slug("a/b c") == "a-b-c"
+
+
+# --- the runner end to end with NumPy as the "GPU" --------------------------------------------
+class NumpyBackend:
+    name = "numpy"
+    cufold_input = "numpy"
+
+    def __init__(self):
+        self.clock = T.WallClock()
+        self.uploads = 0
+
+    def sync(self):
+        pass
+
+    def upload(self, h):
+        self.uploads += 1
+        return np.array(h)
+
+    def view(self, a, kind):
+        return a
+
+    def empty_like(self, a, dtype=None):
+        return np.empty_like(a, dtype=dtype)
+
+    def copy_fn(self):
+        def copy(p):
+            np.copyto(p[1], p[0])
+            return p[1]
+        return "copy (numpy)", copy
+
+    def fetch(self, obj, idx=None):
+        if isinstance(obj, tuple):
+            return tuple(np.asarray(o) for o in obj)
+        a = np.asarray(obj)
+        return a[idx] if idx is not None and a.ndim == 1 else a
+
+    def release(self):
+        pass
+
+    def device_info(self):
+        return {"name": "NumPy CPU", "cc": None, "l2_bytes": 64 << 10, "l2_known": False}
+
+
+def _numpy_cases():
+    def prep(f):
+        return lambda ctx: S.Prepared(f, ctx.views("numpy"))
+
+    def not_implemented(ctx):
+        def f(x):
+            raise NotImplementedError("algorithm x: no float32")
+        return S.Prepared(f, ctx.views("numpy"))
+
+    def boom(ctx):
+        def f(x):
+            raise RuntimeError("kernel exploded")
+        return S.Prepared(f, ctx.views("numpy"))
+
+    def missing(ctx):
+        raise B.Skip("cufold.sum missing")
+
+    sum_case = S.Case("sum/float32", "sum", "sum float32", "float32", "grid", 4, "sum", S.check_sum, [
+        S.Candidate("cufold.sum", "cufold", "cufold", prep(lambda x: x.sum(dtype=np.float64))),
+        S.Candidate("np.sum", "numpy", "peer", prep(np.sum)),
+        S.Candidate("garbage", "numpy", "peer", prep(lambda x: x[:-1].sum() + 1)),
+        S.Candidate("cufold.reduce[x]", "cufold", "cufold", not_implemented),
+        S.Candidate("boom", "numpy", "peer", boom),
+        S.Candidate("later", "cufold", "cufold", missing),
+        S.Candidate("gone", "torch", "peer", None, skip="torch not importable"),
+    ])
+    scan_case = S.Case("scan/int32", "scan", "scan int32", "int32", "grid", 8, "scan", S.check_scan, [
+        S.Candidate("cufold.inclusive_scan", "cufold", "cufold", prep(np.cumsum)),
+        S.Candidate("np.cumsum", "numpy", "peer", prep(lambda x: np.cumsum(x, dtype=np.int32))),
+        S.copy_candidate(),
+    ], sampled=True)
+    mv_case = S.Case("mean_var/float32", "mean_var", "mean var", "float32", "uniform", 4, "mean_var",
+                     S.check_mean_var, [
+                         S.Candidate("cufold.mean_var", "cufold", "cufold", prep(lambda x: (x.mean(), x.var()))),
+                         S.Candidate("var_mean", "numpy", "peer", prep(lambda x: (x.var(ddof=1), x.mean())),
+                                     canon=S._swap)])
+    return [sum_case, scan_case, mv_case]
+
+
+def test_runner_end_to_end(tmp_path):
+    settings = T.Settings(target_s=0.002, min_reps=3, max_reps=20, max_case_s=0.05, warmup=1, est_reps=2,
+                          call_max_log2=10, call_target_s=0.001, call_min=5, call_max=50, call_repeats=2,
+                          buffer_cap=16)
+    backend = NumpyBackend()
+    env = B.Env()
+    err = io.StringIO()
+    res = RU.run_suite("reduce", _numpy_cases(), backend, env, [10, 12], settings, progress=True, log=err,
+                       ceiling=12)
+    recs = {(r["case"], r["label"], r["log2n"]): r for r in res["records"]}
+    assert len(res["records"]) == 2 * (7 + 3 + 2)
+    ok = recs[("sum/float32", "cufold.sum", 10)]
+    assert ok["status"] == "ok" and ok["reps"] >= 3 and ok["gpu_us"] > 0 and "call_us" in ok
+    assert len(ok["samples_us"]) == ok["reps"]
+    assert ok["GBps"] == pytest.approx(ok["bytes"] / ok["gpu_us"] / 1e3)
+    # 4 KiB buffers, 64 KiB "L2": 16 (the cap) buffers, L2-resident; 16 KiB: 13 buffers > 3x L2
+    assert ok["buffers"] == 16 and ok["rotation"].startswith("L2-resident")
+    assert recs[("sum/float32", "cufold.sum", 12)]["buffers"] == 13
+    assert "call_us" not in recs[("sum/float32", "cufold.sum", 12)]          # above call_max_log2
+    assert recs[("sum/float32", "garbage", 10)]["status"] == "mismatch"
+    assert "reps" not in recs[("sum/float32", "garbage", 10)]                # garbage is not timed
+    assert recs[("sum/float32", "cufold.reduce[x]", 10)]["status"] == "skipped"
+    assert "NotImplementedError" in recs[("sum/float32", "cufold.reduce[x]", 10)]["note"]
+    assert recs[("sum/float32", "boom", 10)]["status"] == "error"
+    assert recs[("sum/float32", "later", 10)]["note"] == "cufold.sum missing"
+    assert recs[("sum/float32", "gone", 12)]["note"] == "torch not importable"
+    assert recs[("scan/int32", "np.cumsum", 12)]["status"] == "ok"
+    assert recs[("scan/int32", "np.cumsum", 12)]["note"] == ""
+    # np.cumsum of int32 writes int64: said, since bytes moved counts int32
+    assert "writes int64" in recs[("scan/int32", "cufold.inclusive_scan", 12)]["note"]
+    assert recs[("scan/int32", "copy (device-to-device)", 12)]["status"] == "ok"
+    assert recs[("mean_var/float32", "var_mean", 10)]["status"] == "ok"
+    assert recs[("mean_var/float32", "var_mean", 10)]["note"] == "var with ddof=1"
+    assert "MISMATCH: sum/float32 2^10 garbage" in err.getvalue()
+    m = res["meta"]
+    assert m["copy"]["status"] == "ok" and m["copy_GBps"] > 0 and m["copy"]["label"] == "copy (numpy)"
+    assert m["sizes_log2"] == [10, 12] and m["settings"]["min_reps"] == 3
+    text = R.format_table(res)
+    assert "MISMATCH" in text and "not run: gone: torch not importable" in text
+    R.write_json(res, str(tmp_path / "results.json"))
+    assert R.load_json(str(tmp_path))["records"][0]["case"] == "sum/float32"
+    assert R.evaluate_targets(res)                                   # all n/a here, but no crash
+
+
+def test_progress_without_tqdm(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *a, **kw):
+        if name == "tqdm":
+            raise ImportError("no tqdm")
+        return real_import(name, *a, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    s = io.StringIO()
+    p = RU.Progress(3, stream=s)
+    p.describe("sum 2^10 cufold.sum")
+    p.update()
+    p.write("!! hello")
+    p.close()
+    assert "[1/3] sum 2^10 cufold.sum" in s.getvalue() and "!! hello" in s.getvalue()
+
+
+# --- real cufold calls through Numba (the simulator without a GPU) --------------------------------
+def test_cufold_candidates_through_numba():
+    import cufold
+    from numba import cuda
+    if not callable(getattr(cufold, "sum", None)) or not callable(getattr(cufold, "mean_var", None)):
+        pytest.skip("cufold.sum / cufold.mean_var not there yet")
+
+    class NumbaBackend(NumpyBackend):
+        name = "numba"
+        cufold_input = "numba"
+
+        def sync(self):
+            cuda.synchronize()
+
+        def upload(self, h):
+            return cuda.to_device(np.ascontiguousarray(h))
+
+        def empty_like(self, a, dtype=None):
+            return cuda.device_array(a.shape, dtype=dtype or a.dtype)
+
+        def fetch(self, obj, idx=None):
+            if isinstance(obj, tuple):
+                return tuple(self.fetch(o) for o in obj)
+            return obj.copy_to_host() if hasattr(obj, "copy_to_host") else np.asarray(obj)
+
+    env = B.Env()
+    env.modules["cufold"] = cufold
+    backend = NumbaBackend()
+    backend.clock = T.WallClock(cuda.synchronize)
+    settings = T.Settings(target_s=1e-9, min_reps=1, max_reps=1, max_case_s=1e9, warmup=0, est_reps=1,
+                          call_max_log2=-1,
+                          buffer_cap=2)
+    cases = [c for c in S.reduce_cases(env, ("float32",)) if c.id in ("sum/float32", "mean_var/float32")]
+    data = RU.DataCache(backend, 1 << 10, 4096, settings, 10)
+    for case in cases:
+        cand = case.candidates[0]
+        assert cand.role == "cufold"
+        rec = RU.measure_candidate(backend, env, case, cand, data, settings)
+        assert rec["status"] == "ok", rec
+        assert rec["reps"] == 1 and rec["buffers"] == 2

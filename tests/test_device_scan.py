@@ -1,0 +1,608 @@
+"""Tests of the device-wide scans (cufold.device.scan): every algorithm,
+inclusive and exclusive, against NumPy or a plain Python fold.
+
+In the simulator the tiles are tiny (64 threads x 2 items), so that inputs of
+a few hundred items cross tile boundaries; on a GPU the same tests add the
+sizes of real use (up to ~10^6, and 2^22 for the repeat test). Outputs are
+poisoned before the launch with a value the result cannot hold, so an element
+left unwritten fails the comparison.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from conftest import SIMULATOR
+
+import cufold
+from cufold.device import scan
+from cufold.ops import Op
+from cufold.values import ValueType
+
+ALGS = scan.ALGORITHMS
+KINDS = ("inclusive", "exclusive")
+
+# A size that crosses tile boundaries with a partial last tile (2 tiles in the simulator).
+MID = 200 if SIMULATOR else 1_000_003
+SMALL_MID = 200 if SIMULATOR else 100_003          # where the reference is a Python loop
+SIZES = [0, 1, 2, 127, 128, 129, 300, 1000]
+if not SIMULATOR:
+    SIZES += [4095, 4096, 4097, 65537, 1_000_000]
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _fn(kind):
+    return scan.inclusive_scan if kind == "inclusive" else scan.exclusive_scan
+
+
+def _dev(arrays):
+    if isinstance(arrays, tuple):
+        return tuple(cuda.to_device(np.ascontiguousarray(a)) for a in arrays)
+    return cuda.to_device(np.ascontiguousarray(arrays))
+
+
+def _host(obj):
+    if isinstance(obj, tuple):
+        return tuple(o.copy_to_host() for o in obj)
+    return obj.copy_to_host()
+
+
+def _exclusive_from(inclusive, first):
+    """Shift an inclusive scan right by one, ``first`` in front."""
+    out = np.empty_like(inclusive)
+    if out.size:
+        out[0] = first
+        out[1:] = inclusive[:-1]
+    return out
+
+
+def _poison_value(dtype, avoid):
+    """A value of ``dtype`` that does not occur in ``avoid`` (NaN for floats)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return np.nan
+    if dt.kind == "b":
+        return None
+    info = np.iinfo(dt)
+    present = set(np.asarray(avoid).ravel().tolist())
+    for v in (info.min + 7, info.max - 5, info.min, info.max, 91, -91 if info.min < 0 else 13):
+        if v not in present:
+            return v
+    raise AssertionError("no poison value available")
+
+
+def _poisoned(dtype, n, avoid):
+    v = _poison_value(dtype, avoid)
+    return cuda.to_device(np.full(n, v if v is not None else False, dtype))
+
+
+def _values(arrays):
+    """Python values (scalars or tuples) of the elements of host ``arrays``."""
+    if isinstance(arrays, tuple):
+        return list(zip(*[a.tolist() for a in arrays]))
+    return arrays.tolist()
+
+
+def _ref_scan(fn, seq, inclusive, init=None):
+    out, acc = [], init
+    for k, v in enumerate(seq):
+        if inclusive:
+            acc = v if k == 0 else fn(acc, v)
+            out.append(acc)
+        else:
+            out.append(acc)
+            acc = fn(acc, v)
+    return out
+
+
+# --- scalar cases: every algorithm x inclusive/exclusive ---------------------------------------
+
+class Case:
+    def __init__(self, name, op, dtype, gen, ref, identity, rtol=0.0):
+        self.name, self.op, self.dtype, self.gen = name, op, np.dtype(dtype), gen
+        self.ref, self.identity, self.rtol = ref, identity, rtol
+
+    def __repr__(self):
+        return self.name
+
+
+def _f16_ref(x):
+    # float32 accumulation of small integers is exact; the result is rounded once.
+    return np.cumsum(x.astype(np.float64)).astype(np.float16)
+
+
+CASES = [
+    Case("int32_plus", cufold.plus, np.int32,
+         lambda r, n: r.integers(-1000, 1000, n).astype(np.int32),
+         lambda x: np.cumsum(x, dtype=np.int32), 0),
+    Case("float32_plus", cufold.plus, np.float32,
+         lambda r, n: r.random(n).astype(np.float32),
+         lambda x: np.cumsum(x.astype(np.float64)), 0.0, rtol=1e-5 if SIMULATOR else 2e-4),
+    Case("int8_max", cufold.maximum, np.int8,
+         lambda r, n: r.integers(-100, 100, n).astype(np.int8),
+         lambda x: np.maximum.accumulate(x), np.int8(-128)),
+    # uint64 sums wrap around, as in NumPy.
+    Case("uint64_plus_wrap", cufold.plus, np.uint64,
+         lambda r, n: r.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
+         lambda x: np.cumsum(x, dtype=np.uint64), 0),
+    Case("float16_plus", cufold.plus, np.float16,
+         lambda r, n: r.integers(0, 4, n).astype(np.float16), _f16_ref, 0.0),
+]
+
+
+def _compare(case, got, want):
+    if case.rtol:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=case.rtol,
+                                   atol=case.rtol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_scalar_cases(case, algorithm, kind, rng):
+    n = MID if case.dtype != np.float16 else min(MID, 20_000)
+    x = case.gen(rng, n)
+    inclusive = case.ref(x)
+    want = inclusive if kind == "inclusive" else _exclusive_from(inclusive, case.identity)
+    out = _poisoned(x.dtype, n, want)
+    got, total = _fn(kind)(_dev(x), case.op, out=out, algorithm=algorithm, total=True)
+    assert got is out
+    got = got.copy_to_host()
+    assert got.dtype == x.dtype
+    _compare(case, got, want.astype(x.dtype) if not case.rtol else want)
+    total = total.copy_to_host()
+    assert total.shape == () and total.dtype == x.dtype
+    _compare(case, total.reshape(1), inclusive[-1:].astype(x.dtype) if not case.rtol else inclusive[-1:])
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("n", SIZES)
+def test_sizes(n, algorithm, rng):
+    """Empty, single-item, partial, exact and several-tile inputs (new outputs)."""
+    x = rng.integers(-50, 50, n).astype(np.int32)
+    d = _dev(x)
+    got, total = scan.inclusive_scan(d, algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int32))
+    assert int(total.copy_to_host()) == int(x.sum())
+    if n in (1, 129, 1000, 4097):
+        got = scan.exclusive_scan(d, init=5, algorithm=algorithm)
+        np.testing.assert_array_equal(got.copy_to_host(),
+                                      _exclusive_from(np.cumsum(x, dtype=np.int32) + 5, 5))
+
+
+# --- seed 002's worked examples ----------------------------------------------------------------
+
+SEED20 = np.array([1, 7, 4, 0, 9, 4, 8, 8, 2, 4, 5, 5, 1, 7, 1, 1, 5, 2, 7, 6], np.int32)
+SEED20_EXCLUSIVE = [0, 1, 8, 12, 12, 21, 25, 33, 41, 43, 47, 52, 57, 58, 65, 66, 67, 72, 74, 81]
+SEED20_INCLUSIVE = [1, 8, 12, 12, 21, 25, 33, 41, 43, 47, 52, 57, 58, 65, 66, 67, 72, 74, 81, 87]
+
+# The raking example: 20 threads x 5 items, the 5x20 table read row by row
+# (thread t holds items 5t..5t+4), and its downsweep (the exclusive scan).
+SEED100 = np.array([
+    1, 7, 4, 0, 9, 4, 8, 8, 2, 4, 5, 5, 1, 7, 1, 1, 5, 2, 7, 6,
+    1, 4, 2, 3, 2, 2, 1, 6, 8, 5, 7, 6, 1, 8, 9, 2, 7, 9, 5, 4,
+    3, 1, 2, 3, 3, 4, 1, 1, 3, 8, 7, 4, 2, 7, 7, 9, 3, 1, 9, 8,
+    6, 5, 0, 2, 8, 6, 0, 2, 4, 8, 6, 5, 0, 9, 0, 0, 6, 1, 3, 8,
+    9, 3, 4, 4, 6, 0, 6, 6, 1, 8, 4, 9, 6, 3, 7, 8, 8, 2, 9, 1], np.int32)
+SEED100_UPSWEEP = [21, 26, 19, 21, 12, 22, 31, 27, 12, 17, 27, 30, 21, 20, 20, 18, 26, 21, 29, 28]
+SEED100_SPINE = [0, 21, 47, 66, 87, 99, 121, 152, 179, 191, 208, 235, 265, 286, 306, 326, 344, 370,
+                 391, 420]
+SEED100_EXCLUSIVE = [
+    0, 1, 8, 12, 12, 21, 25, 33, 41, 43, 47, 52, 57, 58, 65, 66, 67, 72, 74, 81,
+    87, 88, 92, 94, 97, 99, 101, 102, 108, 116, 121, 128, 134, 135, 143, 152, 154, 161, 170, 175,
+    179, 182, 183, 185, 188, 191, 195, 196, 197, 200, 208, 215, 219, 221, 228, 235, 244, 247, 248, 257,
+    265, 271, 276, 276, 278, 286, 292, 292, 294, 298, 306, 312, 317, 317, 326, 326, 326, 332, 333, 336,
+    344, 353, 356, 360, 364, 370, 370, 376, 382, 383, 391, 395, 404, 410, 413, 420, 428, 436, 438, 447]
+
+# DemoScan and DemoMaxReduce (100 random inputs each).
+DEMO_SCAN = np.array([
+    8, 1, 9, 8, 1, 9, 9, 2, 6, 3, 0, 5, 2, 1, 5, 9, 9, 9, 9, 9,
+    1, 7, 9, 9, 9, 1, 4, 7, 8, 2, 1, 0, 4, 1, 9, 6, 7, 8, 9, 5,
+    6, 7, 0, 3, 8, 2, 9, 6, 6, 3, 7, 7, 7, 4, 3, 4, 6, 1, 1, 3,
+    7, 7, 0, 3, 2, 8, 0, 1, 0, 9, 8, 8, 6, 1, 3, 7, 9, 4, 0, 6,
+    4, 1, 3, 2, 7, 0, 7, 0, 1, 4, 4, 4, 4, 4, 6, 7, 7, 9, 7, 8], np.int32)
+DEMO_SCAN_EXCLUSIVE = [
+    0, 8, 9, 18, 26, 27, 36, 45, 47, 53, 56, 56, 61, 63, 64, 69, 78, 87, 96, 105,
+    114, 115, 122, 131, 140, 149, 150, 154, 161, 169, 171, 172, 172, 176, 177, 186, 192, 199, 207, 216,
+    221, 227, 234, 234, 237, 245, 247, 256, 262, 268, 271, 278, 285, 292, 296, 299, 303, 309, 310, 311,
+    314, 321, 328, 328, 331, 333, 341, 341, 342, 342, 351, 359, 367, 373, 374, 377, 384, 393, 397, 397,
+    403, 407, 408, 411, 413, 420, 420, 427, 427, 428, 432, 436, 440, 444, 448, 454, 461, 468, 477, 484]
+DEMO_MAX = np.array([
+    276, 705, 679, 2, 655, 710, 162, 643, 118, 456, 498, 773, 959, 573, 340, 876, 585, 808, 223, 17,
+    751, 821, 255, 820, 505, 940, 699, 412, 890, 423, 959, 580, 547, 158, 138, 761, 149, 230, 257, 809,
+    840, 988, 254, 332, 814, 299, 243, 13, 929, 217, 349, 907, 196, 848, 251, 955, 616, 778, 473, 987,
+    351, 67, 830, 793, 585, 594, 549, 732, 917, 695, 285, 679, 757, 392, 753, 561, 380, 208, 567, 527,
+    75, 404, 53, 352, 530, 592, 779, 356, 934, 964, 129, 154, 568, 394, 469, 387, 11, 726, 337, 388],
+    np.int32)
+DEMO_MAX_INCLUSIVE = [276, 705, 705, 705, 705] + [710] * 6 + [773] + [959] * 29 + [988] * 59
+
+
+@pytest.fixture
+def seed_tiles(monkeypatch):
+    """Simulator: tiles of 64 items, so that the 100-item examples take two tiles."""
+    if SIMULATOR:
+        monkeypatch.setenv("CUFOLD_TILE", "64x1")
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_seed_worked_example(algorithm, seed_tiles):
+    d = _dev(SEED20)
+    incl, total = scan.inclusive_scan(d, algorithm=algorithm, total=True)
+    excl, total2 = scan.exclusive_scan(d, algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(incl.copy_to_host(), SEED20_INCLUSIVE)
+    np.testing.assert_array_equal(excl.copy_to_host(), SEED20_EXCLUSIVE)
+    assert int(total.copy_to_host()) == 87 == int(total2.copy_to_host())
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_seed_raking_example(algorithm, seed_tiles):
+    # The table's upsweep and spine are what the downsweep is built from.
+    assert SEED100.reshape(20, 5).sum(axis=1).tolist() == SEED100_UPSWEEP
+    assert _exclusive_from(np.cumsum(SEED100_UPSWEEP), 0).tolist() == SEED100_SPINE
+    got, total = scan.exclusive_scan(_dev(SEED100), algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), SEED100_EXCLUSIVE)
+    assert int(total.copy_to_host()) == 448
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_seed_demos(algorithm, seed_tiles):
+    got, total = scan.exclusive_scan(_dev(DEMO_SCAN), algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), DEMO_SCAN_EXCLUSIVE)
+    assert int(total.copy_to_host()) == 492
+    got, top = scan.inclusive_scan(_dev(DEMO_MAX), cufold.maximum, algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), DEMO_MAX_INCLUSIVE)
+    assert int(top.copy_to_host()) == 988
+
+
+# --- tuple values and non-commutative operators ------------------------------------------------
+
+def _affine(a, b):
+    # x -> a0*x + a1, then b: associative, not commutative, no identity.
+    return (a[0] * b[0], a[1] * b[0] + b[1])
+
+
+def _matmul(a, b):
+    # 2x2 matrices as row-major 4-tuples.
+    return (a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3],
+            a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3])
+
+
+def _triple(a, b):
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+AFFINE = Op(_affine, name="affine")
+MATMUL = Op(_matmul, identity=(1, 0, 0, 1), name="matmul")
+TRIPLE = Op(_triple, identity=(0, 0, 0), commutative=True, name="triple")
+
+# The dihedral group of the square as signed permutation matrices: products stay small.
+_D4 = np.array([(1, 0, 0, 1), (0, 1, 1, 0), (1, 0, 0, -1), (0, -1, 1, 0),
+                (-1, 0, 0, -1), (0, 1, -1, 0), (-1, 0, 0, 1), (0, -1, -1, 0)], np.int64)
+
+
+class TupleCase:
+    def __init__(self, name, op, dtypes, gen, ref, init=None, float_fields=()):
+        self.name, self.op, self.vt, self.gen, self.ref = name, op, ValueType.of(dtypes), gen, ref
+        self.init, self.float_fields = init, float_fields
+
+    def __repr__(self):
+        return self.name
+
+
+TUPLE_CASES = [
+    # Running argmax of (value, index) pairs; few distinct values, so ties happen.
+    TupleCase("argmax", cufold.ops.argmax, (np.float32, np.int64),
+              lambda r, n: (r.integers(0, 6, n).astype(np.float32), np.arange(n, dtype=np.int64)),
+              lambda a, b: cufold.ops.argmax(a, b)),
+    TupleCase("triple", TRIPLE, (np.int32, np.float64, np.int16),
+              lambda r, n: (r.integers(-50, 50, n).astype(np.int32), r.normal(size=n),
+                            r.integers(-9, 9, n).astype(np.int16)),
+              _triple, float_fields=(1,)),
+    TupleCase("matmul", MATMUL, (np.int64,) * 4,
+              lambda r, n: tuple(_D4[r.integers(0, 8, n)].T.copy()), _matmul),
+    TupleCase("affine", AFFINE, (np.int64, np.int64),
+              lambda r, n: (r.choice(np.array([-1, 1], np.int64), n), r.integers(-3, 4, n)),
+              _affine, init=(-1, 5)),
+]
+
+
+def _check_tuple(case, got, want_values):
+    assert isinstance(got, tuple) and len(got) == case.vt.arity
+    for f, (g, dt) in enumerate(zip(got, case.vt.fields)):
+        assert g.dtype == dt
+        w = np.array([v[f] for v in want_values], dtype=np.float64 if f in case.float_fields else dt)
+        if f in case.float_fields:
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("case", TUPLE_CASES, ids=repr)
+def test_tuple_values(case, algorithm, kind, rng):
+    n = SMALL_MID
+    xs = case.gen(rng, n)
+    seq = _values(xs)
+    init = case.init if case.init is not None else case.op.identity_for(case.vt)
+    init = tuple(v.item() for v in init)
+    want = _ref_scan(case.ref, seq, kind == "inclusive", init)
+    outs = tuple(cuda.to_device(np.full(n, np.nan if dt.kind == "f" else 77, dt))
+                 for dt in case.vt.fields)
+    kw = {"init": case.init} if kind == "exclusive" and case.init is not None else {}
+    got, total = _fn(kind)(_dev(xs), case.op, out=outs, algorithm=algorithm, total=True, **kw)
+    _check_tuple(case, _host(got), want)
+    whole = _ref_scan(case.ref, seq, True)[-1]
+    _check_tuple(case, tuple(t.reshape(1) for t in _host(total)), [whole])
+
+
+def test_exclusive_without_identity_needs_init():
+    xs = _dev((np.ones(4, np.int64), np.zeros(4, np.int64)))
+    with pytest.raises(ValueError, match="no identity"):
+        scan.exclusive_scan(xs, AFFINE)
+    got = _host(scan.inclusive_scan(xs, AFFINE))          # inclusive needs no identity
+    np.testing.assert_array_equal(got[0], np.ones(4))
+
+
+# --- the look-back itself: windows of aggregates, stopping at a prefix ----------------------------
+
+def _look_back_kernel(vt):
+    look_back = scan._look_back(AFFINE, vt)
+    stash_storage = cufold.block.temp_storage(vt, 2)
+
+    @cuda.jit
+    def kernel(tile, flags, tag, aggs, pres, aggregate, init, has_init, result, stash_out):
+        stash = stash_storage()
+        r = look_back(aggregate, (tile, flags, tag, aggs, pres, init, has_init, stash))
+        if cuda.threadIdx.x == 0:
+            result[0] = r[0]
+            result[1] = r[1]
+            stash_out[0] = stash[0][0]
+            stash_out[1] = stash[1][0]
+
+    return kernel
+
+
+@pytest.mark.parametrize("stop", [0, 10, 40, 69])
+def test_look_back_windows(stop, rng):
+    """Tile 70 looks back over tiles 69..0, 32 at a time (windows 38..69,
+    6..37, -26..5). Every predecessor has published its aggregate only (the
+    simulator runs blocks in order, so end-to-end tests always find a prefix
+    at once) except ``stop`` (tile 0 at the latest), which published its
+    inclusive prefix: the look-back combines that prefix and the aggregates
+    after it, in order, and reads nothing before it (garbage here)."""
+    vt = ValueType.of((np.int64, np.int64))
+    tile, epoch = 70, 5
+    tag = np.uint32(epoch << 2)
+    a = rng.choice(np.array([-1, 1], np.int64), tile + 1)
+    b = rng.integers(-3, 4, tile + 1).astype(np.int64)
+    seq = list(zip(a.tolist(), b.tolist()))[:tile]
+    flags = np.full(tile + 1, epoch << 2 | scan.AGGREGATE, np.uint32)
+    flags[tile] = (epoch - 1) << 2 | scan.PREFIX     # an older epoch's flag reads as EMPTY
+    flags[stop] = epoch << 2 | scan.PREFIX
+    prefix = _ref_scan(_affine, seq[:stop + 1], True)[-1]
+    pres = (np.full(tile + 1, 99, np.int64), np.full(tile + 1, 99, np.int64))
+    pres[0][stop], pres[1][stop] = prefix
+    aggs = (a.copy(), b.copy())
+    for arr in aggs:
+        arr[:stop] = 1234567                         # before the prefix: never read
+    want = prefix
+    for v in seq[stop + 1:]:
+        want = _affine(want, v)
+    aggregate = (np.int64(-1), np.int64(2))
+    init = (np.int64(1), np.int64(-7))
+    d_flags = cuda.to_device(flags)
+    d_aggs, d_pres = _dev(aggs), _dev(pres)
+    result, stash = cuda.to_device(np.zeros(2, np.int64)), cuda.to_device(np.zeros(2, np.int64))
+    _look_back_kernel(vt)[1, 32](tile, d_flags, tag, d_aggs, d_pres, aggregate, init, True,
+                                 result, stash)
+    assert tuple(stash.copy_to_host()) == want                       # the exclusive prefix
+    assert tuple(result.copy_to_host()) == _affine(init, want)       # init in front
+    h_pres, h_aggs = _host(d_pres), _host(d_aggs)
+    assert (h_pres[0][tile], h_pres[1][tile]) == _affine(want, (-1, 2))   # inclusive published
+    assert (h_aggs[0][tile], h_aggs[1][tile]) == (-1, 2)                  # aggregate published
+    assert d_flags.copy_to_host()[tile] == epoch << 2 | scan.PREFIX
+
+
+# --- in place, out=, totals, init, dtypes --------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_in_place(algorithm, kind, rng):
+    n = 300 if SIMULATOR else 1_000_003
+    x = rng.integers(-100, 100, n).astype(np.int64)
+    d = _dev(x)
+    got = _fn(kind)(d, out=d, algorithm=algorithm)
+    assert got is d
+    want = np.cumsum(x) if kind == "inclusive" else _exclusive_from(np.cumsum(x), 0)
+    np.testing.assert_array_equal(d.copy_to_host(), want)
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_in_place_tuple_noncommutative(algorithm, rng):
+    n = SMALL_MID
+    case = TUPLE_CASES[2]                        # matmul
+    xs = case.gen(rng, n)
+    d = _dev(xs)
+    got = scan.inclusive_scan(d, MATMUL, out=d, algorithm=algorithm)
+    assert all(g is o for g, o in zip(got, d))
+    _check_tuple(case, _host(d), _ref_scan(_matmul, _values(xs), True))
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_exclusive_init_and_total_without_init(algorithm, rng):
+    n = SMALL_MID
+    x = rng.random(n).astype(np.float64)
+    got, total = scan.exclusive_scan(_dev(x), init=100.0, algorithm=algorithm, total=True)
+    np.testing.assert_allclose(got.copy_to_host(), _exclusive_from(100.0 + np.cumsum(x), 100.0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(total.copy_to_host(), x.sum(), rtol=1e-12)   # init not included
+
+
+def test_dtype_argument(rng):
+    x = rng.integers(0, 100, 150).astype(np.int8)
+    got = scan.inclusive_scan(_dev(x), dtype=np.int64)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int64))
+    got = scan.inclusive_scan(_dev(x))             # a generic scan keeps the dtype (wraps)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int8))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_, np.float16, np.float64])
+def test_cumsum_numpy_dtypes(dtype, rng):
+    n = 150
+    x = (rng.integers(0, 3, n) if dtype != np.float64 else rng.normal(size=n)).astype(dtype)
+    got = scan.cumsum(_dev(x)).copy_to_host()
+    want = np.cumsum(x) if dtype != np.float16 else _f16_ref(x)
+    assert got.dtype == want.dtype
+    if dtype == np.float64:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_cumprod_cummax_cummin(rng):
+    n = 150
+    x = rng.choice(np.array([-1, 1, 2], np.int32), n)
+    x[n // 2:] = 1                                 # keep the products small
+    got = scan.cumprod(_dev(x)).copy_to_host()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.cumprod(x))
+    y = rng.normal(size=n).astype(np.float32)
+    y[77] = np.nan                                 # NaN propagates, as numpy.maximum.accumulate
+    got = scan.cummax(_dev(y)).copy_to_host()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.maximum.accumulate(y))
+    got = scan.cummin(_dev(y)).copy_to_host()
+    np.testing.assert_array_equal(got, np.minimum.accumulate(y))
+    z = rng.integers(-1000, 1000, n).astype(np.int16)
+    np.testing.assert_array_equal(scan.cummin(_dev(z)).copy_to_host(), np.minimum.accumulate(z))
+
+
+def test_bool_logical_scan(rng):
+    x = rng.random(150) < 0.02
+    got, any_ = scan.inclusive_scan(_dev(x), cufold.logical_or, algorithm="single_pass", total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), np.logical_or.accumulate(x))
+    assert bool(any_.copy_to_host()) == bool(x.any())
+
+
+def test_empty_input():
+    d = _dev(np.zeros(0, np.int32))
+    got = scan.inclusive_scan(d)
+    assert got.shape == (0,) and got.dtype == np.int32
+    got, total = scan.exclusive_scan(d, init=5, total=True)
+    assert got.shape == (0,)
+    assert int(total.copy_to_host()) == 0          # the total of no items: the identity
+    got, total = scan.inclusive_scan(d, cufold.maximum, total=True)
+    assert int(total.copy_to_host()) == np.iinfo(np.int32).min
+    assert scan.cumsum(d).dtype == np.int64
+    empty_pair = _dev((np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    assert scan.inclusive_scan(empty_pair, AFFINE)[0].shape == (0,)
+    with pytest.raises(ValueError, match="identity"):
+        scan.inclusive_scan(empty_pair, AFFINE, total=True)
+
+
+def test_stream_argument(rng):
+    x = rng.integers(0, 10, 150).astype(np.int32)
+    s = cuda.stream()
+    got, total = scan.inclusive_scan(_dev(x), stream=s, total=True, algorithm="single_pass")
+    s.synchronize()
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int32))
+    assert int(total.copy_to_host()) == x.sum()
+
+
+def test_single_pass_state_is_reused(rng):
+    """Flags carry a launch epoch (no clearing between calls) and the tile
+    counter is reset by the last tile: back-to-back launches of different sizes
+    on one stream stay correct and allocate nothing new."""
+    sizes = [300, 129, 300, 1] if SIMULATOR else [1 << 22, 4097, 1 << 22, 1]
+    xs = [rng.integers(-9, 9, n).astype(np.int32) for n in sizes]
+    ds = [_dev(x) for x in xs]
+    scan.inclusive_scan(ds[0], algorithm="single_pass")
+    states = dict(scan._look_back_states)
+    for x, d in zip(xs, ds):
+        got = scan.inclusive_scan(d, algorithm="single_pass").copy_to_host()
+        np.testing.assert_array_equal(got, np.cumsum(x, dtype=np.int32))
+    for key, st in states.items():
+        assert scan._look_back_states[key] is st
+        assert st.counter.size == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_deep_spine(kind, monkeypatch, rng):
+    """reduce_then_scan with its spine scanned recursively (three levels)."""
+    monkeypatch.setattr(scan, "SPINE_BLOCK_TILES", 0)
+    if SIMULATOR:
+        monkeypatch.setenv("CUFOLD_TILE", "32x1")
+        n = 1100                                   # 35 tiles -> 2 spine tiles -> 1
+    else:
+        n = (1 << 24) + 5                          # 4097 tiles -> 2 spine tiles -> 1
+    p = scan.plan(cufold.plus, ValueType.of(np.int32), ValueType.of(np.int32),
+                  ValueType.of(np.int32), n, kind, "reduce_then_scan")
+    assert p.spine.spine is not None and p.spine.spine.spine is None
+    x = rng.integers(-9, 9, n).astype(np.int32)
+    got, total = _fn(kind)(_dev(x), algorithm="reduce_then_scan", total=True)
+    inclusive = np.cumsum(x, dtype=np.int32)
+    want = inclusive if kind == "inclusive" else _exclusive_from(inclusive, 0)
+    np.testing.assert_array_equal(got.copy_to_host(), want)
+    assert int(total.copy_to_host()) == int(x.sum())
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+def test_errors():
+    d = _dev(np.arange(10, dtype=np.int32))
+    with pytest.raises(TypeError, match="host"):
+        scan.inclusive_scan(np.arange(10))
+    with pytest.raises(TypeError, match="host"):
+        scan.cumsum(np.arange(10))
+    with pytest.raises(ValueError, match="unknown scan algorithm"):
+        scan.inclusive_scan(d, algorithm="nope")
+    with pytest.raises(TypeError, match="dtype"):
+        scan.inclusive_scan(d, out=_dev(np.zeros(10, np.float32)))
+    with pytest.raises(TypeError, match="dtype"):
+        scan.cumsum(d, out=_dev(np.zeros(10, np.int32)))         # cumsum of int32 is int64
+    with pytest.raises(ValueError, match="10 elements"):
+        scan.inclusive_scan(d, out=_dev(np.zeros(9, np.int32)))
+    with pytest.raises(TypeError, match="host"):
+        scan.inclusive_scan(d, out=np.zeros(10, np.int32))
+    with pytest.raises(ValueError, match="1-D"):
+        scan.inclusive_scan(_dev(np.zeros((2, 5), np.int32)))
+    with pytest.raises(ValueError, match="no identity"):
+        scan.exclusive_scan(_dev((np.ones(3, np.int64), np.ones(3, np.int64))), AFFINE)
+    with pytest.raises(ValueError, match="tuple of 2 arrays"):
+        scan.inclusive_scan(_dev((np.ones(3, np.int64), np.ones(3, np.int64))), AFFINE,
+                            out=_dev(np.ones(3, np.int64)))
+
+
+def test_algorithms_listed():
+    assert cufold.algorithms("scan") == ALGS == ("single_pass", "reduce_then_scan", "single_block")
+
+
+# --- GPU only: the look-back under real concurrency ------------------------------------------------
+
+@pytest.mark.skipif(SIMULATOR, reason="needs a real GPU (blocks run one at a time in the simulator)")
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_single_pass_repeatable(dtype, rng):
+    """20 single-pass scans of one 2^22 input: all identical and correct (a race
+    in the look-back shows as an error that moves from run to run)."""
+    n = 1 << 22
+    x = (rng.integers(-100, 100, n) if dtype == np.int32 else rng.random(n)).astype(dtype)
+    d = _dev(x)
+    want = np.cumsum(x.astype(np.float64))
+    first = None
+    for _ in range(20):
+        got = scan.inclusive_scan(d, algorithm="single_pass").copy_to_host()
+        if first is None:
+            first = got
+            if dtype == np.int32:
+                np.testing.assert_array_equal(got, want.astype(np.int32))
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-4)
+        else:
+            bad = np.flatnonzero(got != first)
+            assert bad.size == 0, "run differs at %d items, first at %d" % (bad.size, bad[0])

@@ -1,0 +1,395 @@
+"""cufold.device._launch: one launch path for compiled kernels.
+
+In the simulator every launch goes through the Numba dispatcher; the direct
+path's argument packing is checked against Numba's own ABI (a subprocess with
+the real Numba-CUDA compiles PTX and runs Numba's ``_prepare_args``; no GPU
+needed). On a GPU the direct path runs and is compared with the dispatcher.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba import types as t
+
+from conftest import SIMULATOR, gpu_only
+
+from cufold.device import _arrays as A
+from cufold.device import _launch as L
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+F32 = t.Array(t.float32, 1, "A")
+F32_0D = t.Array(t.float32, 0, "A")
+
+
+def scale(out, x, a, n):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = x[i] * a
+
+
+def axpy_pair(out, xs, a, n):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = xs[0][i] * a + xs[1][i]
+
+
+def first_times(out, x, a):
+    if cuda.grid(1) == 0:
+        out[()] = x[0] * a
+
+
+SCALE_SIG = (F32, F32, t.float32, t.int64)
+PAIR_SIG = (F32, t.UniTuple(F32, 2), t.float32, t.int64)
+ZERO_D_SIG = (F32_0D, F32, t.float32)
+
+
+def _dev(h):
+    return cuda.to_device(np.ascontiguousarray(h))
+
+
+def _launch_modes():
+    return ["numba"] if SIMULATOR else ["direct", "numba"]
+
+
+@pytest.fixture(params=_launch_modes())
+def mode(request, monkeypatch):
+    monkeypatch.setattr(L, "DIRECT", request.param == "direct")
+    return request.param
+
+
+def _check_mode(k, mode):
+    if mode == "direct":
+        assert k.direct, k._direct_reason
+        assert k._funcs, "the direct path was not taken"
+
+
+def test_scale_1d(rng, mode):
+    n = 100
+    h = rng.standard_normal(n).astype(np.float32)
+    x = A.describe(_dev(h))
+    obj, out = A.empty(x, (n,), np.float32)
+    k = L.Kernel(scale, SCALE_SIG)
+    k.launch((n + 63) // 64, 64, A.stream_handle(x), 0, out, x, 2.5, n)
+    np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(2.5), rtol=1e-6)
+    _check_mode(k, mode)
+
+
+def test_tuple_of_arrays(rng, mode):
+    n = 70
+    h0 = rng.standard_normal(n).astype(np.float32)
+    h1 = rng.standard_normal(n).astype(np.float32)
+    xs = A.describe_many((_dev(h0), _dev(h1)))
+    obj, out = A.empty(xs[0], (n,), np.float32)
+    k = L.Kernel(axpy_pair, PAIR_SIG)
+    k.launch(2, 64, 0, 0, out, xs, np.float32(-3.0), n)
+    np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h0 * np.float32(-3) + h1, rtol=1e-6)
+    _check_mode(k, mode)
+
+
+def test_strided_input(rng, mode):
+    h = rng.standard_normal(90).astype(np.float32)
+    d = _dev(h)
+    x = A.describe(d[1::3])
+    assert x.strides == (3,)
+    n = x.size
+    obj, out = A.empty(x, (n,), np.float32)
+    k = L.Kernel(scale, SCALE_SIG)
+    k.launch(1, 32, 0, 0, out, x, 2.0, n)
+    np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h[1::3] * 2, rtol=1e-6)
+    _check_mode(k, mode)
+
+
+def test_zero_d_output(mode):
+    x = A.describe(_dev(np.array([3.0, 1.0], np.float32)))
+    obj, out = A.empty(x, (), np.float32)
+    k = L.Kernel(first_times, ZERO_D_SIG)
+    k.launch(1, 32, 0, 0, out, x, 4.0)
+    assert A.as_numba(out).copy_to_host()[()] == 12.0
+    _check_mode(k, mode)
+
+
+def test_argument_checks():
+    k = L.Kernel(scale, SCALE_SIG)
+    x = A.describe(_dev(np.zeros(4, np.float32)))
+    xi = A.describe(_dev(np.zeros(4, np.int32)))
+    with pytest.raises(TypeError, match="argument 1 must be a 1-d float32 array; got 1-d int32"):
+        k.launch(1, 32, 0, 0, x, xi, 1.0, 4)
+    with pytest.raises(TypeError, match="Arr descriptor"):
+        k.launch(1, 32, 0, 0, x, np.zeros(4, np.float32), 1.0, 4)
+    with pytest.raises(TypeError, match="do not match its signature"):
+        k.launch(1, 32, 0, 0, x, x, 1.0)
+    kp = L.Kernel(axpy_pair, PAIR_SIG)
+    with pytest.raises(TypeError, match="tuple of 2; got 3"):
+        kp.launch(1, 32, 0, 0, x, (x, x, x), 1.0, 4)
+    kc = L.Kernel(scale, (t.Array(t.float32, 1, "C"),) + SCALE_SIG[1:])
+    strided = A.describe(_dev(np.zeros(8, np.float32))[::2])
+    with pytest.raises(TypeError, match="C-contiguous"):
+        kc.launch(1, 32, 0, 0, strided, x, 1.0, 4)
+
+
+# --- the packed argument buffer ---------------------------------------------------
+
+
+def test_plan_layout():
+    p = L._Plan((F32, t.int64, t.UniTuple(t.Array(t.int32, 2, "C"), 2), t.complex64,
+                 t.boolean, t.float16, t.uint8, t.float64, F32_0D))
+    # 1-d array: 7 fields; 2-d: 9; 0-d: 5; complex64: 2 x 4 bytes
+    assert p.param_sizes() == [8] * 7 + [8] + [8] * 18 + [4, 4] + [1, 2, 1, 8] + [8] * 5
+    assert p.supported
+
+
+def test_packed_bytes():
+    k = L.Kernel(scale, SCALE_SIG)
+    out = A.Arr(0x1000, (5,), (1,), np.dtype(np.float32), 5, "cai", None, 0)
+    x = A.Arr(0x2000, (5,), (3,), np.dtype(np.float32), 5, "cai", None, 0)
+    raw = k.packed_params(out, x, 1.5, 5)
+    q = np.frombuffer(raw, dtype=np.int64)
+    assert list(q[:7]) == [0, 0, 5, 4, 0x1000, 5, 4]
+    assert list(q[7:14]) == [0, 0, 5, 4, 0x2000, 5, 12]
+    assert np.frombuffer(raw[14 * 8:14 * 8 + 4], np.float32)[0] == 1.5
+    assert q[15] == 5
+
+
+def test_unsupported_type_falls_back():
+    rec = t.Record.make_c_struct([("a", t.int32)])
+    p = L._Plan((rec,))
+    assert not p.supported
+
+
+_ABI_SCRIPT = textwrap.dedent(r"""
+    import json, os, re, sys, types as pytypes
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    import ctypes
+    import numpy as np
+    from numba import cuda, types as t
+    from numba.cuda.dispatcher import _Kernel
+    from cufold.device import _launch as L
+    from cufold.device._arrays import Arr
+
+    def kern(a, n, tup, c, b, h, u8, d, z, i32, c128):
+        pass
+
+    sig = (t.Array(t.float32, 1, "A"), t.int64,
+           t.Tuple((t.Array(t.int32, 2, "C"), t.Array(t.float64, 1, "A"))),
+           t.complex64, t.boolean, t.float16, t.uint8, t.float64,
+           t.Array(t.int16, 0, "A"), t.int32, t.complex128)
+    ptx, _ = cuda.compile_ptx(kern, sig, cc=(8, 0))
+    sizes = [int(m) // 8 for m in re.findall(r"\.param \.[usfb](\d+) ", ptx)]
+
+    def fake(arr):
+        lay = pytypes.SimpleNamespace(strides_in_bytes=arr.byte_strides, is_contiguous_c=True,
+                                      is_contiguous_f=False)
+        shim = pytypes.SimpleNamespace(size=arr.size, dtype=arr.dtype, ptr=arr.ptr,
+                                       shape=tuple(arr.shape), _layout=lay)
+        return pytypes.SimpleNamespace(__cuda_memory__=True, _strided_memory_view_shim=shim)
+
+    def arr(ptr, shape, strides, dt):
+        n = int(np.prod(shape)) if shape else 1
+        return Arr(ptr, shape, strides, np.dtype(dt), n, "cai", None, 0)
+
+    a = arr(0x1000, (7,), (2,), np.float32)
+    m = arr(0x2000, (3, 4), (4, 1), np.int32)
+    v = arr(0x3000, (5,), (-1,), np.float64)
+    z = arr(0x4000, (), (), np.int16)
+    vals = (a, -123456789012, (m, v), np.complex64(1.5 - 2.25j), True, np.float16(0.333),
+            200, 2.0 ** 0.5, z, -7, complex(3.0, -4.0))
+
+    def to_nb(x):
+        if isinstance(x, Arr):
+            return fake(x)
+        if isinstance(x, tuple):
+            return tuple(to_nb(y) for y in x)
+        return x
+
+    class Me:
+        extensions = []
+        _prepare_args = _Kernel._prepare_args
+
+    me = Me()
+    kargs = []
+    for ty, val in zip(sig, vals):
+        me._prepare_args(ty, to_nb(val), 0, [], kargs)
+
+    def as_bytes(v):
+        if isinstance(v, (bool, np.bool_)):
+            return bytes([1 if v else 0])
+        if isinstance(v, int):
+            return int(v).to_bytes(8, "little", signed=v < 0)
+        return bytes(v)
+
+    numba_bytes = [as_bytes(v).hex() for v in kargs]
+    k = L.Kernel(kern, sig)
+    raw = k.packed_params(*vals)
+    ours = [raw[8 * i: 8 * i + s].hex() for i, s in enumerate(k.plan.param_sizes())]
+    print(json.dumps({"ptx_sizes": sizes, "plan_sizes": k.plan.param_sizes(),
+                      "numba": numba_bytes, "ours": ours}))
+""")
+
+
+def test_abi_matches_numba():
+    """Our packing == Numba's ``_prepare_args`` byte for byte, and our
+    parameter sizes == the compiled PTX's (real Numba-CUDA, no GPU needed)."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["NUMBA_ENABLE_CUDASIM"] = "0"
+    proc = subprocess.run([sys.executable, "-c", _ABI_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=240)
+    if proc.returncode != 0:
+        if "NvvmSupportError" in proc.stderr or "libNVVM cannot be found" in proc.stderr:
+            pytest.skip("no NVVM to compile PTX: " + proc.stderr.strip().splitlines()[-1])
+        raise AssertionError(proc.stderr[-4000:])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["plan_sizes"] == got["ptx_sizes"]
+    assert len(got["numba"]) == len(got["ours"])
+    for i, (mine, theirs) in enumerate(zip(got["ours"], got["numba"])):
+        size = got["plan_sizes"][i]
+        assert mine == theirs[:2 * size], (i, mine, theirs)
+
+
+# --- caches, workspace, NVTX --------------------------------------------------------
+
+
+def test_get_kernel_caches():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return scale, SCALE_SIG
+
+    key = ("test", "scale", id(factory))
+    k1 = L.get_kernel(key, factory)
+    k2 = L.get_kernel(key, factory)
+    assert k1 is k2 and len(calls) == 1 and k1.key == key
+
+
+def test_workspace_cached_grown_zeroed():
+    dev, stream = 0, 12345
+    ptr, w = L.workspace(dev, stream, 100)
+    assert w.size >= 100 and w.dtype == np.uint8 and ptr == w.ptr
+    assert not np.any(A.as_numba(w).copy_to_host())
+    ptr2, w2 = L.workspace(dev, stream, 50)
+    assert ptr2 == ptr and w2 is w
+    ptr3, w3 = L.workspace(dev, stream, w.size + 1)
+    assert w3.size >= 2 * w.size
+    assert not np.any(A.as_numba(w3).copy_to_host())
+    other, _ = L.workspace(dev, stream + 1, 10)
+    assert other != ptr3
+    part = w3.view(np.int32, 4, offset=8)
+    assert part.ptr == w3.ptr + 8
+
+
+def test_nvtx_range_is_a_context_manager():
+    with L.nvtx_range("cufold.test"):
+        pass
+    assert isinstance(L.NVTX, bool)
+
+
+def test_launch_env_var():
+    assert L._direct_from_env(None) is True
+    assert L._direct_from_env("direct") is True
+    assert L._direct_from_env(" Numba ") is False
+    with pytest.warns(UserWarning, match="neither"):
+        assert L._direct_from_env("cuda") is True
+
+
+def test_disk_cache_files_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUFOLD_CACHE_DIR", str(tmp_path))
+    p1 = L._cache_path("src-a", SCALE_SIG, {}, (9, 0))
+    p2 = L._cache_path("src-b", SCALE_SIG, {}, (9, 0))
+    p3 = L._cache_path("src-a", SCALE_SIG, {"fastmath": True}, (9, 0))
+    assert len({p1, p2, p3}) == 3 and str(tmp_path) in p1 and "sm_90" in p1
+    assert L._write_cubin(p1, "_Z6kernel", b"\x7fELF...")
+    assert L._read_cubin(p1) == ("_Z6kernel", b"\x7fELF...")
+    assert L._read_cubin(p2) is None
+
+
+# --- GPU: direct path against the dispatcher, foreign arrays, disk cache --------------
+
+
+@gpu_only
+def test_direct_matches_dispatcher_numba_arrays(rng, monkeypatch):
+    n = 1000
+    h = rng.standard_normal(n).astype(np.float32)
+    x = A.describe(cuda.to_device(h))
+    k = L.Kernel(scale, SCALE_SIG)
+    outs = []
+    for direct in (True, False):
+        monkeypatch.setattr(L, "DIRECT", direct)
+        obj, out = A.empty(x, (n,), np.float32)
+        k.launch(8, 128, 0, 0, out, x, 3.0, n)
+        outs.append(obj.copy_to_host())
+    assert k._funcs
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@gpu_only
+def test_direct_torch(rng):
+    torch = pytest.importorskip("torch")
+    n = 777
+    xt = torch.randn(n, device="cuda", dtype=torch.float32)
+    x = A.describe(xt)
+    obj, out = A.empty(x, (n,), np.float32)
+    k = L.Kernel(scale, SCALE_SIG)
+    k.launch(7, 128, A.stream_handle(x), 0, out, x, 0.5, n)
+    torch.testing.assert_close(obj, xt * 0.5)
+    # tuple + strided + a side stream
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    y = torch.randn(2 * n, device="cuda")[::2]
+    xs = A.describe_many((xt, y))
+    with torch.cuda.stream(s):
+        obj2, out2 = A.empty(xs[0], (n,), np.float32)
+        kp = L.Kernel(axpy_pair, PAIR_SIG)
+        kp.launch(7, 128, A.stream_handle(xs), 0, out2, xs, 2.0, n)
+    s.synchronize()
+    torch.testing.assert_close(obj2, xt * 2 + y)
+    # 0-d
+    obj3, out3 = A.empty(x, (), np.float32)
+    L.Kernel(first_times, ZERO_D_SIG).launch(1, 32, A.stream_handle(x), 0, out3, x, 4.0)
+    assert float(obj3) == pytest.approx(float(xt[0]) * 4)
+
+
+@gpu_only
+def test_direct_cupy(rng):
+    cp = pytest.importorskip("cupy")
+    n = 513
+    xc = cp.asarray(rng.standard_normal(n).astype(np.float32))
+    x = A.describe(xc[::-1])
+    obj, out = A.empty(x, (n,), np.float32)
+    L.Kernel(scale, SCALE_SIG).launch(5, 128, A.stream_handle(x), 0, out, x, -1.0, n)
+    cp.testing.assert_allclose(obj, -xc[::-1])
+
+
+@gpu_only
+def test_disk_cache_new_kernel_loads_cubin(tmp_path, monkeypatch, rng):
+    monkeypatch.setenv("CUFOLD_CACHE_DIR", str(tmp_path))
+    n = 300
+    h = rng.standard_normal(n).astype(np.float32)
+    x = A.describe(cuda.to_device(h))
+    key = "test_disk_cache scale v1 %d" % os.getpid()
+    k1 = L.Kernel(scale, SCALE_SIG, disk_key=key)
+    obj, out = A.empty(x, (n,), np.float32)
+    k1.launch(3, 128, 0, 0, out, x, 2.0, n)
+    assert k1.loaded_from_disk[x.device_id] is False
+    files = list(tmp_path.rglob("*.cubin"))
+    assert len(files) == 1
+    k2 = L.Kernel(scale, SCALE_SIG, disk_key=key)
+    obj2, out2 = A.empty(x, (n,), np.float32)
+    k2.launch(3, 128, 0, 0, out2, x, 2.0, n)
+    assert k2.loaded_from_disk[x.device_id] is True
+    assert k2._dispatcher is None  # nothing was compiled
+    np.testing.assert_array_equal(obj2.copy_to_host(), h * np.float32(2))
+
+
+@gpu_only
+def test_launch_error_is_clear():
+    x = A.describe(cuda.to_device(np.zeros(4, np.float32)))
+    k = L.Kernel(scale, SCALE_SIG)
+    with pytest.raises(L.LaunchError, match="launching kernel scale failed"):
+        k.launch(1, 4096, 0, 0, x, x, 1.0, 4)  # too many threads per block

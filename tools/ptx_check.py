@@ -1,0 +1,77 @@
+"""Compile cufold's device kernels to PTX for sm_90 on a machine without a GPU.
+
+The simulator runs kernels as Python and so never type-checks them; this does,
+through Numba's real CUDA pipeline. Run before every GPU session:
+    PYTHONPATH=src python tools/ptx_check.py
+"""
+import sys
+import time
+
+import numpy as np
+import numba.cuda.dispatcher as _dispatcher
+from numba import cuda
+
+
+class _Hopper:
+    compute_capability = (9, 0)
+
+
+_dispatcher.get_current_device = lambda: _Hopper()  # device functions ask for the CC
+
+import cufold  # noqa: E402
+import importlib  # noqa: E402
+from cufold.device import _arrays  # noqa: E402
+R = importlib.import_module("cufold.device.reduce")  # the module (cufold.device.reduce is the function)
+from cufold.values import ValueType  # noqa: E402
+
+compiled = {}
+
+
+def fake_launch(fn, key, grid, nt, stream, args):
+    sig = tuple(R._nbtype(a) for a in args)
+    k = (key, sig)
+    if k not in compiled:
+        t = time.time()
+        cuda.compile_ptx(fn, sig, cc=(9, 0))
+        compiled[k] = time.time() - t
+
+
+R.launch = fake_launch
+
+
+def arr(dtype, n=1000):
+    dt = np.dtype(dtype)
+    return _arrays.Arr(0x10000, (n,), (1,), dt, n, "numba", None, 0)
+
+
+R._workspace = lambda dev, stream, vt, count: (
+    tuple(arr(f, count) for f in vt.fields) if vt.is_tuple else arr(vt.dtype, count), arr(np.uint32, 1))
+R._copy_partials = lambda dev, stream, vt, partials, count: partials
+R._resident_blocks = lambda dev, nt: 1056
+
+
+def check(op, in_dt, acc, out, lift="value", project="value", algorithms=R.ALGORITHMS, n=1 << 20):
+    in_vt, acc_vt, out_vt = ValueType.of(in_dt), ValueType.of(acc), ValueType.of(out)
+    for alg in algorithms:
+        try:
+            p = R.plan(op, in_vt, acc_vt, out_vt, n, 0, alg, lift=lift, project=project, deterministic=False)
+        except ValueError as e:
+            print("  skip %-12s %s" % (alg, str(e)[:60]))
+            continue
+        xs = tuple(arr(f, n) for f in in_vt.fields) if in_vt.is_tuple else arr(in_vt.dtype, n)
+        outs = tuple(arr(f, 1) for f in out_vt.fields) if out_vt.is_tuple else arr(out_vt.dtype, 1)
+        R.run(p, xs, n, outs, 0, 0, None)
+        print("  ok   %-12s %s -> %s (%s)" % (alg, in_vt, out_vt, op.name))
+
+
+t0 = time.time()
+check(cufold.plus, np.float32, np.float32, np.float32)
+check(cufold.plus, np.int32, np.int64, np.int64)
+check(cufold.maximum, np.float16, np.float32, np.float16, algorithms=("single_pass",))
+check(cufold.argmax, np.float32, (np.float32, np.int64), np.int64, lift="index", project="index",
+      algorithms=("single_pass", "single_block"))
+check(cufold.welford, np.float32, (np.float64,) * 3, (np.float32, np.float32), lift="welford",
+      project="mean_var", algorithms=("single_pass",))
+check(cufold.as_op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (np.int64, np.int64),
+      (np.int64, np.int64), (np.int64, np.int64), algorithms=("single_pass", "two_pass", "tiles", "single_block"))
+print("%d kernels compiled in %.1f s" % (len(compiled), time.time() - t0))
