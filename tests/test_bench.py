@@ -8,7 +8,6 @@ calls through Numba (the simulator on a machine without a GPU).
 import datetime
 import io
 import json
-import math
 import os
 
 import numpy as np
@@ -77,7 +76,8 @@ def test_summarize():
 def test_settings_quick_and_overrides():
     q = T.Settings.quick()
     assert q.target_s < T.Settings().target_s and q.min_reps < 20
-    args = bench.build_parser().parse_args(["reduce", "--quick", "--min-reps", "7", "--call-max", "18", "--no-raw"])
+    argv = ["reduce", "--quick", "--min-reps", "7", "--call-max", "18", "--no-raw"]
+    args = bench.build_parser().parse_args(argv)
     s = bench._settings(args)
     assert s.min_reps == 7 and s.call_max_log2 == 18 and s.raw is False and s.target_s == q.target_s
 
@@ -132,7 +132,8 @@ def test_checks():
 
     (u,) = S.generate("float32", "uniform", 4096, 1, seed=5)
     mc = _cctx("mean_var", u)
-    m, v0, v1 = float(np.mean(u, dtype=np.float64)), float(np.var(u, dtype=np.float64)), float(np.var(u, ddof=1, dtype=np.float64))
+    u64 = u.astype(np.float64)
+    m, v0, v1 = float(u64.mean()), float(u64.var()), float(u64.var(ddof=1))
     assert S.check_mean_var((m, v0), mc) == (True, "")
     assert S.check_mean_var((m, v1), mc)[0]
     assert not S.check_mean_var((v0, m), mc)[0]                 # wrong order
@@ -229,7 +230,8 @@ def test_cufold_missing_function_is_a_skip():
 def test_main_dry_run_and_no_gpu(monkeypatch):
     fake = _importer({"torch", "cupy", "cuda"})
     real_probe = B.probe
-    monkeypatch.setattr(B, "probe", lambda importer=None, libs=B.LIBS, **kw: real_probe(importer=fake, libs=libs, **kw))
+    monkeypatch.setattr(B, "probe",
+                        lambda importer=None, libs=B.LIBS, **kw: real_probe(importer=fake, libs=libs, **kw))
     out, err = io.StringIO(), io.StringIO()
     assert bench.main(["reduce", "--dry-run", "--sizes", "10:12"], stdout=out, stderr=err) == 0
     text = out.getvalue()
@@ -268,17 +270,20 @@ def _rec(case, label, role, k, gpu, call=None, status="ok", note="", bpe=4):
 
 def synthetic_results():
     cases = [
-        {"id": "sum/float32", "title": "sum float32", "dtype": "float32", "bytes_per_elem": 4, "peers_from": None,
+        {"id": "sum/float32", "title": "sum float32", "dtype": "float32", "bytes_per_elem": 4,
+         "peers_from": None,
          "labels": ["cufold.sum", "torch.sum", "cupy.sum (CUB)", "cuda.compute.reduce_into"],
          "roles": {"cufold.sum": "cufold", "torch.sum": "peer", "cupy.sum (CUB)": "peer",
                    "cuda.compute.reduce_into": "peer"}},
         {"id": "reduce-alg/float32", "title": "algorithms", "dtype": "float32", "bytes_per_elem": 4,
          "peers_from": "sum/float32", "labels": ["cufold.reduce[a]"], "roles": {"cufold.reduce[a]": "cufold"}},
         {"id": "argmax/float32", "title": "argmax", "dtype": "float32", "bytes_per_elem": 4, "peers_from": None,
-         "labels": ["cufold.argmax", "torch.argmax"], "roles": {"cufold.argmax": "cufold", "torch.argmax": "peer"}},
+         "labels": ["cufold.argmax", "torch.argmax"],
+         "roles": {"cufold.argmax": "cufold", "torch.argmax": "peer"}},
         {"id": "scan/int32", "title": "scan int32", "dtype": "int32", "bytes_per_elem": 8, "peers_from": None,
          "labels": ["cufold.inclusive_scan", "torch.cumsum", "copy (device-to-device)"],
-         "roles": {"cufold.inclusive_scan": "cufold", "torch.cumsum": "peer", "copy (device-to-device)": "ceiling"}},
+         "roles": {"cufold.inclusive_scan": "cufold", "torch.cumsum": "peer",
+                   "copy (device-to-device)": "ceiling"}},
     ]
     recs = []
     for k in (10, 20, 24, 28):
@@ -297,7 +302,8 @@ def synthetic_results():
                          note="got 3, expected 4") if k == 20 else
                     _rec("argmax/float32", "cufold.argmax", "cufold", k, 100.0, note="tie: index 5, first 4"))
         recs.append(_rec("argmax/float32", "torch.argmax", "peer", k, 120.0))
-        recs.append(_rec("scan/int32", "cufold.inclusive_scan", "cufold", k, 1000.0, call=900.0 if call else None,
+        recs.append(_rec("scan/int32", "cufold.inclusive_scan", "cufold", k, 1000.0,
+                         call=900.0 if call else None,
                          bpe=8))
         recs.append(_rec("scan/int32", "torch.cumsum", "peer", k, 1100.0, call=800.0 if call else None, bpe=8))
         recs.append(_rec("scan/int32", "copy (device-to-device)", "ceiling", k, 950.0, bpe=8))
@@ -364,7 +370,8 @@ def test_evaluate_targets():
     mv = ev["mean/var f32 @2^28 speedup vs torch.var_mean"]
     assert mv["status"] == "n/a" and "not measured" in mv["detail"]
     cf = ev["int32 inclusive scan @2^28 vs copy bandwidth"]
-    assert cf["status"] == "PASS" and cf["value"] == pytest.approx(0.95) and "copy (device-to-device)" in cf["detail"]
+    assert cf["status"] == "PASS" and cf["value"] == pytest.approx(0.95)
+    assert "copy (device-to-device)" in cf["detail"]
     sc = ev["int32 scan per call 2^10..2^20 vs torch.cumsum"]
     assert sc["status"] == "MISS" and sc["value"] == pytest.approx(900 / 800)
     text = R.format_targets(list(ev.values()), "reduce")

@@ -275,9 +275,13 @@ def test_workspace_cached_grown_zeroed():
     assert not np.any(A.as_numba(w).copy_to_host())
     ptr2, w2 = L.workspace(dev, stream, 50)
     assert ptr2 == ptr and w2 is w
+    early = w.view(np.int32, 2)
     ptr3, w3 = L.workspace(dev, stream, w.size + 1)
     assert w3.size >= 2 * w.size
     assert not np.any(A.as_numba(w3).copy_to_host())
+    assert any(old is w for old in L._WS_OLD)  # kept alive: earlier views stay valid
+    A.as_numba(early)[1] = 5
+    assert A.as_numba(w).copy_to_host().view(np.int32)[1] == 5
     other, _ = L.workspace(dev, stream + 1, 10)
     assert other != ptr3
     part = w3.view(np.int32, 4, offset=8)

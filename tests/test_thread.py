@@ -187,7 +187,8 @@ def rows_kernel(name, n):
     in place."""
     op, spec, _, _ = CASES[name]
     vt = cufold.ValueType.of(spec)
-    rows = cuda.jit(device=True)(ROWS[vt.arity if vt.is_tuple else 1])
+    # Inlined: a device function may not return a view of an array it was passed.
+    rows = cuda.jit(device=True, inline="always")(ROWS[vt.arity if vt.is_tuple else 1])
     load, store = vt.load, vt.store
     red = thread.reduce(op, vt, n)
     inc = thread.inclusive_scan(op, vt, n)

@@ -27,16 +27,22 @@ from cufold.values import ValueType  # noqa: E402
 compiled = {}
 
 
-def fake_launch(fn, key, grid, nt, stream, args):
+class _Compiled:
+    def launch(self, *args):
+        pass
+
+
+def fake_kernel_for(fn, key, args):
     sig = tuple(R._nbtype(a) for a in args)
     k = (key, sig)
     if k not in compiled:
         t = time.time()
         cuda.compile_ptx(fn, sig, cc=(9, 0))
         compiled[k] = time.time() - t
+    return _Compiled()
 
 
-R.launch = fake_launch
+R.kernel_for = fake_kernel_for
 
 
 def arr(dtype, n=1000):
@@ -75,3 +81,21 @@ check(cufold.welford, np.float32, (np.float64,) * 3, (np.float32, np.float32), l
 check(cufold.as_op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (np.int64, np.int64),
       (np.int64, np.int64), (np.int64, np.int64), algorithms=("single_pass", "two_pass", "tiles", "single_block"))
 print("%d kernels compiled in %.1f s" % (len(compiled), time.time() - t0))
+
+# Axis reductions: both kernels, one and two collapsed axes.
+from numba import types as nbt  # noqa: E402
+A = importlib.import_module("cufold.device.axis")
+for lift, op, in_dt, acc, out, project in [("value", cufold.plus, np.float32, np.float32, np.float32, "value"),
+                                          ("index", cufold.argmax, np.float32, (np.float32, np.int64), np.int64, "index"),
+                                          ("welford", cufold.welford, np.float32, (np.float64,) * 3, np.float32, "var")]:
+    in_vt, acc_vt, out_vt = ValueType.of(in_dt), ValueType.of(acc), ValueType.of(out)
+    spec = R.Spec(op, in_vt, acc_vt, out_vt, lift, project, 0, R.Tile(256, 16), "final", "warp", False)
+    for kind in ("columns", "rows"):
+        for nk, nr in ((1, 1), (2, 1), (1, 2)):
+            fn = A.axis_kernel(spec, kind, nk, nr)
+            ut = lambda k: nbt.UniTuple(nbt.int64, k)
+            sig = (R._nbtype(arr(in_dt)), nbt.int64, nbt.int64, nbt.int64, ut(nk), ut(nk), ut(nr), ut(nr),
+                   R._nbtype(arr(out_vt.dtype)), acc_vt.numba_type, nbt.boolean)
+            cuda.compile_ptx(fn, sig, cc=(9, 0))
+            print("  ok   axis %-8s keep=%d red=%d %s" % (kind, nk, nr, op.name))
+print("all kernels compiled in %.1f s" % (time.time() - t0))

@@ -166,8 +166,8 @@ def masked_reduce(op, dtype):
     exited): seed 003's dispersed partial warp. Each round pairs every
     remaining lane with the next remaining lane above it, so ``ceil(log2(k))``
     rounds reduce ``k`` lanes, in lane order. Result valid on: the lowest lane
-    of ``mask``. A lane not in ``mask`` gets its own value back (on the
-    simulator, calling with such a mask is reported as an error).
+    of ``mask``. A lane not in ``mask`` gets its own value back (it returns
+    before any intrinsic, so this is not an error, on the simulator either).
 
     Example::
 

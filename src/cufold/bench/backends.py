@@ -250,8 +250,10 @@ class Backend:
         n = self.name
         if n == "torch":
             torch = self.env.modules["torch"]
+            sleep = getattr(torch.cuda, "_sleep", None)
+            hold = (lambda: sleep(200_000)) if sleep is not None else None  # ~100 us of GPU time
             return EventClock("torch.cuda.Event", lambda: torch.cuda.Event(enable_timing=True),
-                              lambda a, b: a.elapsed_time(b), self.sync)
+                              lambda a, b: a.elapsed_time(b), self.sync, hold=hold)
         if n == "cupy":
             cupy = self.env.modules["cupy"]
             return EventClock("cupy.cuda.Event", cupy.cuda.Event,

@@ -5,10 +5,11 @@ Two numbers are measured for every (candidate, size):
 ``gpu_us``
     the median over ``reps`` calls of the CUDA-event time around one call
     (``start.record(); fn(x); end.record()`` on the current stream, which is
-    the legacy default stream for torch, CuPy, Numba and cufold alike). It is
-    the GPU time of the call's kernels plus any gaps between them; for tiny
-    inputs, when the GPU waits for the host, it also includes the host time
-    spent between the two records.
+    the legacy default stream for torch, CuPy, Numba and cufold alike). A
+    busy-wait kernel is queued ahead of each timed call (``torch.cuda._sleep``,
+    where torch is present), so the call's launches queue behind it and the
+    events measure the GPU time of its kernels and the gaps between them, not
+    the host's time to issue them (that is ``call_us``).
 ``call_us``
     wall-clock time per call of ``N`` back-to-back calls followed by one
     synchronize (``time.perf_counter``), median of a few such loops. This is
@@ -207,8 +208,9 @@ class EventClock(_ClockBase):
     ``sync()`` synchronizes the device.
     """
 
-    def __init__(self, name, new_event, elapsed_ms, sync):
+    def __init__(self, name, new_event, elapsed_ms, sync, hold=None):
         self.name = name
+        self._hold = hold  # queues GPU work that outlasts the host's issue time
         self._new = new_event
         self._elapsed = elapsed_ms
         self.sync = sync
@@ -224,7 +226,10 @@ class EventClock(_ClockBase):
         starts, ends = self._pool(reps)
         nb = len(args)
         self.sync()
+        hold = self._hold
         for i in range(reps):
+            if hold is not None:
+                hold()
             starts[i].record()
             fn(args[i % nb])
             ends[i].record()

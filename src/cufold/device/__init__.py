@@ -13,6 +13,7 @@ from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, mi
 from ..ops import multiplies, plus, welford
 from ..values import ValueType
 from . import _arrays, _launch, _types
+from . import axis as _axis
 from . import reduce as _reduce_mod
 from ._dispatch import algorithms
 
@@ -22,21 +23,18 @@ __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", 
 
 def _inputs(x):
     if x.__class__ is tuple:
-        arrs = _arrays.describe_many(x)
-    else:
-        arrs = (_arrays.describe(x),)
-    for a in arrs:
-        if a.ndim != 1:
-            raise ValueError("cufold: reduce takes 1-D arrays here; got shape %s" % (a.shape,))
-    return arrs
+        return _arrays.describe_many(x)
+    return (_arrays.describe(x),)
+
+
+def _flat(a):
+    """A C-contiguous N-D array as its 1-D sequence of elements."""
+    return _arrays.window(a, 0, (a.size,), (1,))
 
 
 def _vector(a):
     """``a`` (one element) as a 1-element 1-D array, as the kernels write it."""
-    v = _arrays.Arr(a.ptr, (1,), (1,), a.dtype, 1, a.library, None, a.device_id, a.stream)
-    v._base = a._base if a._base is not None else a
-    v._offset = a._offset
-    return v
+    return _arrays.window(a, 0, (1,), (1,))
 
 
 def _outputs(like, out_vt, out, stream):
@@ -83,17 +81,21 @@ class _Prepared:
 _prepared = {}
 
 
-def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, lift="value",
-            project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False):
+def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=None, keepdims=False,
+            lift="value", project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False):
     with _launch.nvtx_range(name):
         arrs = _inputs(x)
         like = arrs[0]
+        if like.ndim != 1 or axis is not None or keepdims:
+            axes = _axis.normalize_axis(axis, like.ndim)
+            whole = len(axes) == like.ndim and not keepdims and all(a.c_contiguous for a in arrs)
+            if not whole:
+                return _by_axes(arrs, x, op, init, dtype, out, stream, algorithm, axes, keepdims, lift, project,
+                                ddof, acc, result, name, needs_items)
+            arrs = tuple(_flat(a) for a in arrs)
+            like = arrs[0]
         is_tuple = x.__class__ is tuple
-        in_dtypes = tuple(a.dtype for a in arrs)
-        key = (op, in_dtypes, is_tuple, dtype, acc, result)
-        prep = _prepared.get(key)
-        if prep is None:
-            prep = _prepared[key] = _Prepared(as_op(op), in_dtypes, is_tuple, dtype, acc, result)
+        prep = _prepare(op, arrs, is_tuple, dtype, acc, result)
         op = prep.op
         n = like.size
         handle = _arrays.stream_handle(like, stream)
@@ -113,8 +115,26 @@ def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, lift="
         return tuple(result_objs) if prep.out_vt.is_tuple else result_objs[0]
 
 
-def reduce(x, op=plus, init=None, *, dtype=None, out=None, stream=None, algorithm=None,
-           deterministic=True):
+def _prepare(op, arrs, is_tuple, dtype, acc, result):
+    in_dtypes = tuple(a.dtype for a in arrs)
+    key = (op, in_dtypes, is_tuple, dtype, acc, result)
+    prep = _prepared.get(key)
+    if prep is None:
+        prep = _prepared[key] = _Prepared(as_op(op), in_dtypes, is_tuple, dtype, acc, result)
+    return prep
+
+
+def _by_axes(arrs, x, op, init, dtype, out, stream, algorithm, axes, keepdims, lift, project, ddof, acc,
+             result, name, needs_items):
+    prep = _prepare(op, arrs, x.__class__ is tuple, dtype, acc, result)
+    if lift == "index" and len(axes) != 1 and len(axes) != arrs[0].ndim:
+        raise ValueError("cufold: %s takes a single axis (or None)" % name)
+    return _axis.reduce_axes(arrs, x.__class__ is tuple, axes, keepdims, prep, init, out, stream, algorithm,
+                             lift, project, ddof, needs_items, name)
+
+
+def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=None, stream=None,
+           algorithm=None, deterministic=True):
     """Reduce a whole array with a binary operator.
 
     Parameters
@@ -143,59 +163,63 @@ def reduce(x, op=plus, init=None, *, dtype=None, out=None, stream=None, algorith
         >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
         (array(45, dtype=int32), array(18, dtype=int32))
     """
-    return _reduce(x, op, init, dtype, out, stream, algorithm, deterministic)
+    return _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims)
 
 
-def sum(x, *, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
+def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
     """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
-    return _reduce(x, plus, None, dtype, out, stream, algorithm, deterministic, name="sum")
+    return _reduce(x, plus, None, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims, name="sum")
 
 
-def prod(x, *, dtype=None, out=None, stream=None, algorithm=None):
+def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
     """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
-    return _reduce(x, multiplies, None, dtype, out, stream, algorithm, True, name="prod")
+    return _reduce(x, multiplies, None, dtype, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="prod")
 
 
-def min(x, *, out=None, stream=None, algorithm=None):  # noqa: A001
+def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
-    return _reduce(x, minimum, None, None, out, stream, algorithm, True, name="min", needs_items=True)
+    return _reduce(x, minimum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="min",
+                   needs_items=True)
 
 
-def max(x, *, out=None, stream=None, algorithm=None):  # noqa: A001
+def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
-    return _reduce(x, maximum, None, None, out, stream, algorithm, True, name="max", needs_items=True)
+    return _reduce(x, maximum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="max",
+                   needs_items=True)
 
 
 def _dtype_of(x):
     return _arrays.describe(x).dtype
 
 
-def _arg(x, op, name, out, stream, algorithm):
+def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
     dt = _dtype_of(x)
-    return _reduce(x, op, None, None, out, stream, algorithm, True, lift="index", project="index",
+    return _reduce(x, op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
+                   lift="index", project="index",
                    acc=(dt, np.int64), result=np.int64, name=name, needs_items=True)
 
 
-def _argmin(x, *, out=None, stream=None, algorithm=None):
+def _argmin(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """Index of the first smallest element (the first NaN if any), as ``numpy.argmin``.
 
     Example: ``i = cufold.argmin(cupy.asarray([3, 1, 1]))  # -> 1``
     """
-    return _arg(x, _argmin_op, "argmin", out, stream, algorithm)
+    return _arg(x, _argmin_op, "argmin", out, stream, algorithm, axis, keepdims)
 
 
-def _argmax(x, *, out=None, stream=None, algorithm=None):
+def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """Index of the first largest element (the first NaN if any), as ``numpy.argmax``.
 
     Example: ``i = cufold.argmax(torch.tensor([1., 5., 5.], device='cuda'))  # -> 1``
     """
-    return _arg(x, _argmax_op, "argmax", out, stream, algorithm)
+    return _arg(x, _argmax_op, "argmax", out, stream, algorithm, axis, keepdims)
 
 
-def _minmax(x, *, out=None, stream=None, algorithm=None):
+def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
     dt = _dtype_of(x)
-    return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, lift="pair",
+    return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
+                   lift="pair",
                    acc=(dt, dt), result=(dt, dt), name="minmax", needs_items=True)
 
 
@@ -207,27 +231,28 @@ _minmax_op.device_reduction = _minmax
 argmin, argmax, minmax = _argmin_op, _argmax_op, _minmax_op
 
 
-def _moments(x, project, ddof, out, stream, algorithm, dtype, name):
+def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
     dt = np.dtype(dtype) if dtype is not None else _types.mean_dtype(_dtype_of(x))
     acc = np.float64 if dt.itemsize > 4 or dt == np.float32 else np.float32
     result = (dt, dt) if project == "mean_var" else dt
-    return _reduce(x, welford, None, None, out, stream, algorithm, True, lift="welford", project=project,
+    return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
+                   lift="welford", project=project,
                    ddof=ddof, acc=(acc, acc, acc), result=result, name=name, needs_items=True)
 
 
-def mean(x, *, dtype=None, out=None, stream=None, algorithm=None):
+def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
     """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``."""
-    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean")
+    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean", axis, keepdims)
 
 
-def var(x, *, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+def var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
     """Variance in one pass (Welford/Chan), ``ddof`` as ``numpy.var``. Example: ``cufold.var(x, ddof=1)``."""
-    return _moments(x, "var", ddof, out, stream, algorithm, dtype, "var")
+    return _moments(x, "var", ddof, out, stream, algorithm, dtype, "var", axis, keepdims)
 
 
-def mean_var(x, *, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+def mean_var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
     """``(mean, var)`` in one pass (as ``torch.var_mean``, in the other order).
 
     Example: ``m, v = cufold.mean_var(x)``
     """
-    return _moments(x, "mean_var", ddof, out, stream, algorithm, dtype, "mean_var")
+    return _moments(x, "mean_var", ddof, out, stream, algorithm, dtype, "mean_var", axis, keepdims)

@@ -807,6 +807,31 @@ def as_numba(arr):
     return nb
 
 
+def window(arr, offset, shape, strides):
+    """A descriptor of other elements of ``arr``'s memory: element ``offset``
+    from ``arr``'s element 0, with ``shape`` and element ``strides`` (which may
+    reach outside ``arr``'s own view, within the memory it belongs to). For
+    the axis reductions' flat extents, rows and single result elements."""
+    shape, strides = tuple(shape), tuple(strides)
+    size = _prod(shape)
+    v = Arr(arr.ptr + offset * arr.itemsize, shape, strides, arr.dtype, size, arr.library, None,
+            arr.device_id, arr.stream)
+    if SIMULATOR:
+        # The simulator's memory is host memory: address the window directly.
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        base = as_numba(arr)._ary
+        isz = arr.itemsize
+        lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides)) if size else 0
+        hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides)) + 1 if size else 1
+        mem = (ctypes.c_byte * ((hi - lo) * isz)).from_address(v.ptr + lo * isz)
+        typed = np.frombuffer(mem, dtype=arr.dtype)[-lo:]
+        raw = np.lib.stride_tricks.as_strided(typed, shape=shape, strides=tuple(st * isz for st in strides))
+        fake = FakeCUDAArray(raw)
+        fake._cufold_owner = base  # keeps the simulated memory alive
+        v._nb = fake
+    return v
+
+
 def _view_numba(arr):
     base = as_numba(arr._base)
     off, n = arr._offset, arr.size * arr.itemsize

@@ -813,8 +813,11 @@ def workspace(device_id, stream, nbytes):
     with ``Arr.view(dtype, shape, offset)``).
 
     Kernels on one stream run in order, so one buffer per stream is safe.
-    Kernels that rely on zeros (counters, flags) must leave them zero. Growing
-    synchronises the device once (the old buffer may still be in use).
+    Kernels that rely on zeros (counters, flags) must leave them zero. A grown
+    buffer replaces the old one for new calls, but the old one is kept alive
+    (at most as much memory again), so views carved from it earlier stay valid
+    and kernels still queued on it are unaffected. Allocation synchronises the
+    device once (the new buffer is zeroed before any later launch).
     """
     key = (device_id, stream)
     w = _WS.get(key)
@@ -825,19 +828,22 @@ def workspace(device_id, stream, nbytes):
         if w is None or w.size < nbytes:
             cap = max(nbytes, _WS_MIN, 2 * w.size if w is not None else 0)
             cap = (cap + 255) & ~255
-            w = _alloc_zeroed(device_id, cap, w is not None)
+            if w is not None:
+                _WS_OLD.append(w)
+            w = _alloc_zeroed(device_id, cap)
             _WS[key] = w
     return w.ptr, w
 
 
-def _alloc_zeroed(dev, nbytes, replacing):
+_WS_OLD = []  # superseded workspaces: earlier views and queued kernels may use them
+
+
+def _alloc_zeroed(dev, nbytes):
     if SIMULATOR:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         a = FakeCUDAArray(np.zeros(nbytes, np.uint8))
         return _arrays.describe(a, "workspace")
     with _numba_device_ctx(dev):
-        if replacing:
-            cuda.synchronize()  # pending kernels may still use the old buffer
         a = cuda.device_array(nbytes, dtype=np.uint8)
         a.gpu_data.memset(0)
         cuda.synchronize()
@@ -845,10 +851,12 @@ def _alloc_zeroed(dev, nbytes, replacing):
 
 
 def clear_workspaces():
-    """Drop every cached workspace (after synchronising the devices)."""
+    """Drop every cached workspace (after synchronising the devices). Views
+    carved from them must not be used afterwards."""
     with _WS_LOCK:
         if not SIMULATOR:
             for dev in {d for d, _ in _WS}:
                 with _numba_device_ctx(dev):
                     cuda.synchronize()
         _WS.clear()
+        del _WS_OLD[:]

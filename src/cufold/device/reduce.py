@@ -380,8 +380,14 @@ def _out_fields(op, in_vt, dtype):
     return fields if in_vt.is_tuple else fields[0]
 
 
-class Plan(collections.namedtuple("Plan", "spec grid algorithm")):
-    """What one reduction will launch."""
+class Plan:
+    """What one reduction will launch (made once per argument set by :func:`plan`,
+    so it hashes by identity, cheaply)."""
+
+    __slots__ = ("spec", "grid", "algorithm", "__weakref__")
+
+    def __init__(self, spec, grid, algorithm):
+        self.spec, self.grid, self.algorithm = spec, grid, algorithm
 
 
 @functools.lru_cache(maxsize=4096)
@@ -456,15 +462,20 @@ def _layout(arg):
 _kernels = {}
 
 
-def launch(fn, key, grid, nt, stream, args):
-    """Compile ``fn`` for the argument types once (cached by ``key`` and the
-    argument layout) and launch it through the one launch path."""
+def kernel_for(fn, key, args):
+    """The compiled kernel of ``fn`` for these arguments' types (cached by
+    ``key`` and the argument layout)."""
     k = (key, tuple(_layout(a) for a in args))
     kernel = _kernels.get(k)
     if kernel is None:
         sig = tuple(_nbtype(a) for a in args)
         kernel = _kernels[k] = _launch.Kernel(fn, sig, key=repr(k))
-    kernel.launch(grid, nt, stream, 0, *args)
+    return kernel
+
+
+def launch(fn, key, grid, nt, stream, args):
+    """Launch ``fn`` through the one launch path, compiling it once per argument layout."""
+    kernel_for(fn, key, args).launch(grid, nt, stream, 0, *args)
 
 
 _counters = {}
@@ -502,8 +513,21 @@ def _fields(vt, arrs):
     return tuple(arrs) if vt.is_tuple else arrs[0]
 
 
+_runners = {}
+
+
 def run(plan_, xs, n, outs, stream, device_id, init):
     """Launch a plan: ``xs`` the input Arr(s), ``outs`` 1-element Arr(s) of the result."""
+    if init is None and plan_.spec.finish in ("final", "last_block"):
+        # The common case, one launch: everything but the data is bound once.
+        key = (plan_, stream, _layout(xs))
+        runner = _runners.get(key)
+        if runner is None:
+            if len(_runners) > 4096:
+                _runners.clear()
+            runner = _runners[key] = _one_launch(plan_, xs, outs, stream, device_id)
+        runner(xs, n, outs)
+        return
     spec, grid = plan_.spec, plan_.grid
     acc_vt, nt = spec.acc_vt, spec.tile.nt
     has_init = init is not None
@@ -530,6 +554,18 @@ def run(plan_, xs, n, outs, stream, device_id, init):
         return
     launch(reduce_kernel(again.spec), ("reduce", again.spec), 1, again.spec.tile.nt, stream,
            (partials, grid, partials, counter, outs, init_value, has_init))
+
+
+def _one_launch(plan_, xs, outs, stream, device_id):
+    spec, grid, nt = plan_.spec, plan_.grid, plan_.spec.tile.nt
+    partials, counter = _workspace(device_id, stream, spec.acc_vt, max(grid, 1))
+    zero = _zero(spec.acc_vt)
+    go = kernel_for(reduce_kernel(spec), ("reduce", spec), (xs, 1, partials, counter, outs, zero, False)).launch
+
+    def runner(xs, n, outs):
+        go(grid, nt, stream, 0, xs, n, partials, counter, outs, zero, False)
+
+    return runner
 
 
 _spare = {}
