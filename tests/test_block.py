@@ -22,7 +22,9 @@ from cufold.ops import Op
 from cufold.values import ValueType
 
 # uint8 sums wrap around on purpose; the simulator's NumPy scalars say so.
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+# On a GPU, Numba warns that one-block grids under-use it: that is the point here.
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:Grid size")]
 
 REDUCE_ALGS = block.ALGORITHMS["reduce"]
 SCAN_ALGS = block.ALGORITHMS["scan"]
@@ -102,7 +104,8 @@ CASES = {
                     rtol=1e-9),
     # uint8 sums wrap around, as in NumPy.
     "uint8": Case("uint8", cufold.plus, np.uint8,
-                  _scalar(np.uint8, lambda r, n: r.integers(0, 256, n)), lambda a, b: (a + b) & 255),
+                  _scalar(np.uint8, lambda r, n: r.integers(0, 256, n)),
+                  lambda a, b: (a + b) & 255),
     # float16 sums of small integers are exact below 2048; a tolerance all the same.
     "float16": Case("float16", cufold.plus, np.float16,
                     _scalar(np.float16, lambda r, n: r.integers(0, 4, n)), lambda a, b: a + b,
@@ -184,9 +187,18 @@ def _scan_ref(ref, seq, inclusive, initial=None):
 
 @functools.lru_cache(maxsize=None)
 def _slice(vt):
-    """Device function ``(arrays, lo, hi) -> views`` (a tuple per field)."""
+    """Device function ``(arrays, lo, hi) -> views`` (a tuple per field);
+    inlined, as Numba returns no new array view from a device function."""
     body = vt._pack(["%s[lo:hi]" % vt._field("a", i) for i in range(vt.arity)])
-    return _codegen.build("def view(a, lo, hi):\n    return %s\n" % body, "view")
+    fn = _codegen.build("def view(a, lo, hi):\n    return %s\n" % body, "view", device=False)
+    return cuda.jit(device=True, inline="always")(fn)
+
+
+def _jit(block_threads):
+    """``cuda.jit`` for a kernel of blocks of ``block_threads`` threads: on a
+    GPU with ``launch_bounds``, so that big blocks of wide values (4-tuples,
+    1000 threads) get few enough registers per thread to launch."""
+    return cuda.jit if SIMULATOR else cuda.jit(launch_bounds=block_threads)
 
 
 @cuda.jit(device=True)
@@ -205,22 +217,22 @@ def _reduce_kernel(f, vt, ipt, partial):
     """Each block reduces its threads' items; every thread writes its result."""
     load, store, view = vt.load, vt.store, _slice(vt)
     if ipt == 1 and not partial:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, valid):
             g = cuda.blockIdx.x * _block_size() + _tid()
             store(outs, g, f(load(xs, g)))
     elif ipt == 1:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, valid):
             g = cuda.blockIdx.x * _block_size() + _tid()
             store(outs, g, f(load(xs, g), valid[cuda.blockIdx.x]))
     elif not partial:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, valid):
             g = cuda.blockIdx.x * _block_size() + _tid()
             store(outs, g, f(view(xs, g * ipt, g * ipt + ipt)))
     else:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, valid):
             g = cuda.blockIdx.x * _block_size() + _tid()
             store(outs, g, f(view(xs, g * ipt, g * ipt + ipt), valid[cuda.blockIdx.x]))
@@ -233,24 +245,25 @@ def _scan_kernel(f, vt, ipt, aggregate):
     (one per thread)."""
     load, store, view = vt.load, vt.store, _slice(vt)
     if ipt == 1 and aggregate:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, totals):
             g = cuda.blockIdx.x * _block_size() + _tid()
             s, t = f(load(xs, g))
             store(outs, g, s)
             store(totals, g, t)
     elif ipt == 1:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, totals):
             g = cuda.blockIdx.x * _block_size() + _tid()
             store(outs, g, f(load(xs, g)))
     elif aggregate:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, totals):
             g = cuda.blockIdx.x * _block_size() + _tid()
-            store(totals, g, f(view(xs, g * ipt, g * ipt + ipt), view(outs, g * ipt, g * ipt + ipt)))
+            store(totals, g, f(view(xs, g * ipt, g * ipt + ipt),
+                               view(outs, g * ipt, g * ipt + ipt)))
     else:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, totals):
             g = cuda.blockIdx.x * _block_size() + _tid()
             f(view(xs, g * ipt, g * ipt + ipt), view(outs, g * ipt, g * ipt + ipt))
@@ -413,10 +426,13 @@ def _running_sum(aggregate, state):
     return before
 
 
+_affine_device = cuda.jit(device=True)(_affine)
+
+
 @cuda.jit(device=True)
 def _running_affine(aggregate, state):
     before = (state[0], state[1])
-    after = _affine(before, aggregate)
+    after = _affine_device(before, aggregate)
     state[0] = after[0]
     state[1] = after[1]
     return before
@@ -430,7 +446,7 @@ def _tile_loop_kernel(f, vt, ipt):
     load, store = vt.load, vt.store
 
     if ipt == 1:
-        @cuda.jit
+        @_jit(f.block_threads)
         def kernel(xs, outs, size, state_init):
             n = _block_size()
             t = _tid()
@@ -446,15 +462,15 @@ def _tile_loop_kernel(f, vt, ipt):
 
     # A thread's items in local memory (inlined: Numba returns no array that a
     # device function did not receive).
-    def local_items():
-        if pairs:
+    if vt.is_tuple:
+        def local_items():
             return cuda.local.array(ipt, np.int64), cuda.local.array(ipt, np.int64)
-        return cuda.local.array(ipt, np.int64)
-
-    pairs = vt.is_tuple
+    else:
+        def local_items():
+            return cuda.local.array(ipt, np.int64)
     local_items = cuda.jit(device=True, inline="always")(local_items)
 
-    @cuda.jit
+    @_jit(f.block_threads)
     def kernel(xs, outs, size, state_init):
         n = _block_size()
         t = _tid()
@@ -489,8 +505,8 @@ def test_prefix_callback_tile_loop(ipt, algorithm, kind, rng):
     x = rng.integers(-1000, 1000, size)
     out = np.full(size, -99, np.int64)
     d_out = cuda.to_device(out)
-    _launch(_tile_loop_kernel(f, ValueType.of(np.int64), ipt), 1, shape, cuda.to_device(x), d_out, size,
-            cuda.to_device(np.array([5, 0], np.int64)))
+    _launch(_tile_loop_kernel(f, ValueType.of(np.int64), ipt), 1, shape, cuda.to_device(x),
+            d_out, size, cuda.to_device(np.array([5, 0], np.int64)))
     want = np.cumsum(x) + 5
     if kind == "exclusive_scan":
         want = want - x
@@ -552,7 +568,7 @@ def test_storage_shared_by_two_primitives(reduce_alg, scan_alg, rng):
     vt = ValueType.of((np.int64,) * 4)
     load, store = vt.load, vt.store
 
-    @cuda.jit
+    @_jit(n)
     def kernel(xs, totals, scans):
         t = _tid()
         temp = shared()

@@ -456,8 +456,8 @@ def test_exclusive_init_and_total_without_init(algorithm, rng, small_tiles):
     x = rng.random(n).astype(np.float64)
     got, total = scan.exclusive_scan(_dev(x), init=100.0, algorithm=algorithm, total=True)
     np.testing.assert_allclose(got.copy_to_host(), _exclusive_from(100.0 + np.cumsum(x), 100.0),
-                               rtol=1e-12)
-    np.testing.assert_allclose(total.copy_to_host(), x.sum(), rtol=1e-12)   # init not included
+                               rtol=1e-10)
+    np.testing.assert_allclose(total.copy_to_host(), x.sum(), rtol=1e-10)   # init not included
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")   # int8 wraps in the simulator
@@ -608,21 +608,33 @@ def test_algorithms_listed():
 @pytest.mark.skipif(SIMULATOR, reason="needs a real GPU (blocks run one at a time in the simulator)")
 @pytest.mark.parametrize("dtype", [np.int32, np.float32])
 def test_single_pass_repeatable(dtype, rng):
-    """20 single-pass scans of one 2^22 input: all identical and correct (a race
-    in the look-back shows as an error that moves from run to run)."""
+    """20 single-pass scans of one 2^22 input, each correct; the integer ones
+    identical (a race in the look-back shows as an error that moves from run to
+    run). Floating-point runs may differ in the last bits (the look-back's
+    association depends on timing), so each is checked against the reference."""
     n = 1 << 22
     x = (rng.integers(-100, 100, n) if dtype == np.int32 else rng.random(n)).astype(dtype)
     d = _dev(x)
     want = np.cumsum(x.astype(np.float64))
     first = None
-    for _ in range(20):
+    for run in range(20):
         got = scan.inclusive_scan(d, algorithm="single_pass").copy_to_host()
-        if first is None:
-            first = got
-            if dtype == np.int32:
+        if dtype == np.int32:
+            if first is None:
                 np.testing.assert_array_equal(got, want.astype(np.int32))
-            else:
-                np.testing.assert_allclose(got, want, rtol=1e-4)
-        else:
+                first = got
             bad = np.flatnonzero(got != first)
-            assert bad.size == 0, "run differs at %d items, first at %d" % (bad.size, bad[0])
+            assert bad.size == 0, "run %d differs at %d items, first at %d" % (run, bad.size, bad[0])
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-4, err_msg="run %d" % run)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="needs a real GPU")
+def test_reduce_then_scan_bitwise_reproducible(rng):
+    """The deterministic algorithm gives the same float32 bits every time."""
+    x = rng.random(1 << 22).astype(np.float32)
+    d = _dev(x)
+    first = scan.inclusive_scan(d, algorithm="reduce_then_scan").copy_to_host()
+    for _ in range(5):
+        got = scan.inclusive_scan(d, algorithm="reduce_then_scan").copy_to_host()
+        assert np.array_equal(got.view(np.uint32), first.view(np.uint32))

@@ -21,9 +21,8 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import cufold
-from cufold import ops, simulator, warp
+from cufold import ops, warp
 
-SIM = simulator.is_simulator()
 FULL = 0xFFFFFFFF
 POW2_WIDTHS = [1, 2, 4, 8, 16, 32]
 ODD_WIDTHS = [5, 24]  # non-powers of two: the first logical warp only
@@ -165,7 +164,6 @@ def ufunc_case(name, op, dtype, ufunc, gen, compare="exact", initial=None):
 
 DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, np.float32, np.float64, np.bool_]
-INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 
 
 def full_range(rng, dt, shape):
@@ -419,7 +417,6 @@ CASES = {
     "welford32": welford_case(np.float32),
     "welford64": welford_case(np.float64),
 }
-NONCOMM = ["matmul", "affine"]
 
 
 # ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .values import ValueType  # noqa: E402
 from . import thread, warp, block  # noqa: E402
 from .device import (  # noqa: E402
     algorithms, reduce, sum, prod, min, max, argmin, argmax, minmax, mean, var, mean_var,
+    inclusive_scan, exclusive_scan, cumsum, cumprod, cummax, cummin,
 )
 
 __version__ = "0.1.0"
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Op", "as_op", "ValueType", "thread", "warp", "block",
     "algorithms", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
-    "mean_var",
+    "mean_var", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax", "cummin",
     "plus", "multiplies", "minimum", "maximum", "bit_and", "bit_or", "bit_xor",
     "logical_and", "logical_or", "argmin", "argmax", "minmax", "welford",
 ]

@@ -27,13 +27,16 @@ reduce ``warp``    seed 000's blockReduceSum: a shfl_down reduction in every
                    ``N <= 32``: one warp reduction, no barrier, no shared memory.
 reduce ``raking``  CUB's BLOCK_REDUCE_RAKING: every thread stores its value,
                    the first warp rakes ``ceil(N/32)`` values each serially,
-                   then warp-reduces. 1 barrier, ``log2(32)`` shuffle steps,
-                   ``N`` (padded) elements; ``N <= 32``: as ``warp``.
+                   then warp-reduces the (at most 32) segment totals.
+                   1 barrier, at most 5 shuffle steps, ``N`` (padded)
+                   elements; ``N <= 32``: as ``warp``.
 reduce ``tree``    seed 002's CTAReduce: a shared-memory fold, each pass half
                    the threads combine the other half. Values are stored at
                    bit-reversed positions so that this halving fold combines
                    in sequence order. ``ceil(log2 N)`` barriers, no shuffles,
                    ``2^ceil(log2 N)`` (padded) elements.
+all_reduce         as reduce, then one more barrier to broadcast the total
+                   (one shuffle when the block is a single warp).
 scan ``warp``      seed 002's shfl CTAScan: Kogge-Stone warp scans, the first
                    warp scans the warp totals, every thread adds its warp's
                    prefix. 2 barriers, ``5 + log2(W)`` shuffle steps + 3,
@@ -55,6 +58,11 @@ With its own shared memory (the default) a primitive also starts with one
 say) without a race on its storage; with ``storage=True`` that barrier is
 yours to place (see :func:`temp_storage`). Primitives needing no shared
 memory (``temp_items == 0``) have neither.
+
+Registers: values (and a thread's items) stay in registers, so a big block
+of wide values (a 4-tuple of int64 in a block of 640+ threads, say) can fail
+to launch with ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``; compile such kernels
+with ``@cuda.jit(launch_bounds=block_threads)`` to cap the registers.
 
 Temporary storage (seed 004 / CUB's ``TempStorage``): every primitive has the
 attribute ``temp_items``, the number of value elements of shared memory it
@@ -168,9 +176,9 @@ def temp_storage(dtype, items):
     function is inlined where it is called (Numba returns no array from an
     ordinary device function that did not receive it) and each call site in a
     kernel is its own allocation on the GPU: call it once per kernel and pass
-    the storage to every primitive that shares it. A buffer serves one primitive at a time: put a ``cuda.syncthreads()``
-    between the last use by one primitive and the first use by the next (or
-    by your own code).
+    the storage to every primitive that shares it. A buffer serves one
+    primitive at a time: put a ``cuda.syncthreads()`` between the last use by
+    one primitive and the first use by the next (or by your own code).
 
     Example::
 

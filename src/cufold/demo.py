@@ -13,7 +13,7 @@ from numba import config, cuda
 
 def _print_array(values, fmt="%4d", per_row=10):
     for row in range(0, len(values), per_row):
-        print("%5d:  " % row + "".join(" " + fmt % v for v in values[row:row + per_row]))
+        print("%5d: " % row + "".join(" " + fmt % v for v in values[row:row + per_row]))
 
 
 def _where():

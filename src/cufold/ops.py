@@ -42,7 +42,8 @@ class Op:
         For built-ins: the dtype kinds (``'biuf'``) each field may have.
     """
 
-    def __init__(self, fn, identity=None, commutative=False, name=None, kinds=None, atomic=None):
+    def __init__(self, fn, identity=None, commutative=False, name=None, kinds=None, atomic=None,
+                 fieldwise=False):
         if isinstance(fn, Op):
             raise TypeError("cufold: Op(...) takes a function, not an Op")
         _check_binary(fn)
@@ -53,6 +54,9 @@ class Op:
         self.kinds = kinds
         #: name of the ``cuda.atomic`` function implementing this op, if any.
         self.atomic = atomic
+        #: A scalar operator applied field by field to tuple values
+        #: (``cufold.plus`` on (x, y, z) triples sums each field).
+        self.fieldwise = bool(fieldwise)
         self._combine = {}
         self._checked = set()
         #: For argmin/argmax/minmax: the device-wide reduction that a call with one
@@ -100,6 +104,9 @@ class Op:
                 if f.kind not in self.kinds:
                     raise TypeError(
                         "cufold: operator %s is not defined for dtype %s" % (self.name, f))
+        if self.fieldwise:
+            self._checked.add(vt)
+            return vt
         py = getattr(self.fn, "py_func", self.fn)
         sample = vt.sample()
         try:
@@ -127,6 +134,9 @@ class Op:
         if fn is None:
             self.check(vt)
             src = "def combine(a, b):\n    return cast(op(a, b))\n"
+            if self.fieldwise and vt.is_tuple:
+                fields = ", ".join("op(a[%d], b[%d])" % (i, i) for i in range(vt.arity))
+                src = "def combine(a, b):\n    return cast((%s,))\n" % fields
             fn = _codegen.build(src, "combine", {"op": _codegen.device(self.fn), "cast": vt.cast})
             self._combine[vt] = fn
         return fn
@@ -265,16 +275,16 @@ def _welford(a, b):
 
 _INT64_MAX = np.iinfo(np.int64).max
 
-plus = Op(_plus, identity=_each(lambda f: 0), commutative=True, name="plus", kinds="biuf", atomic="add")
-multiplies = Op(_multiplies, identity=_each(lambda f: 1), commutative=True, name="multiplies", kinds="biuf")
-minimum = Op(_minimum, identity=_each(_highest), commutative=True, name="minimum", kinds="biuf", atomic="min")
-maximum = Op(_maximum, identity=_each(_lowest), commutative=True, name="maximum", kinds="biuf", atomic="max")
+plus = Op(_plus, identity=_each(lambda f: 0), commutative=True, name="plus", fieldwise=True, kinds="biuf", atomic="add")
+multiplies = Op(_multiplies, identity=_each(lambda f: 1), commutative=True, name="multiplies", fieldwise=True, kinds="biuf")
+minimum = Op(_minimum, identity=_each(_highest), commutative=True, name="minimum", fieldwise=True, kinds="biuf", atomic="min")
+maximum = Op(_maximum, identity=_each(_lowest), commutative=True, name="maximum", fieldwise=True, kinds="biuf", atomic="max")
 bit_and = Op(_bit_and, identity=_each(lambda f: True if f.kind == "b" else ~f.type(0)),
-             commutative=True, name="bit_and", kinds="biu", atomic="and_")
-bit_or = Op(_bit_or, identity=_each(lambda f: 0), commutative=True, name="bit_or", kinds="biu", atomic="or_")
-bit_xor = Op(_bit_xor, identity=_each(lambda f: 0), commutative=True, name="bit_xor", kinds="biu", atomic="xor")
-logical_and = Op(_logical_and, identity=_each(lambda f: 1), commutative=True, name="logical_and", kinds="biuf")
-logical_or = Op(_logical_or, identity=_each(lambda f: 0), commutative=True, name="logical_or", kinds="biuf")
+             commutative=True, name="bit_and", fieldwise=True, kinds="biu", atomic="and_")
+bit_or = Op(_bit_or, identity=_each(lambda f: 0), commutative=True, name="bit_or", fieldwise=True, kinds="biu", atomic="or_")
+bit_xor = Op(_bit_xor, identity=_each(lambda f: 0), commutative=True, name="bit_xor", fieldwise=True, kinds="biu", atomic="xor")
+logical_and = Op(_logical_and, identity=_each(lambda f: 1), commutative=True, name="logical_and", fieldwise=True, kinds="biuf")
+logical_or = Op(_logical_or, identity=_each(lambda f: 0), commutative=True, name="logical_or", fieldwise=True, kinds="biuf")
 
 
 def _arg_identity(extreme):

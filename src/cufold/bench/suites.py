@@ -533,7 +533,7 @@ SUITES = {
                     "sum (f32/f64/i32), argmax f32, mean+var f32, cufold reduce algorithms on sum f32"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), cufold scan algorithms, device copy as ceiling"),
-    "bykey": Suite("bykey", (), None, [], "reduce/scan by key: not implemented yet"),
+    "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
     "hist": Suite("hist", (), None, [], "histogram: not implemented yet"),
 }
 

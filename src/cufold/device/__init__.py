@@ -16,9 +16,11 @@ from . import _arrays, _launch, _types
 from . import axis as _axis
 from . import reduce as _reduce_mod
 from ._dispatch import algorithms
+from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
-           "mean_var", "algorithms"]
+           "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
+           "cummin"]
 
 
 def _inputs(x):

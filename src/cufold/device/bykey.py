@@ -94,7 +94,7 @@ SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
 OUT_DTYPES = tuple(np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64))
 _BITS = {4: np.dtype(np.int32), 8: np.dtype(np.int64)}
-_HW_OPS = {"add": "iuf", "min": "iuf", "max": "iuf", "and_": "iu", "or_": "iu", "xor": "iu"}
+_HW_OPS = {"add": "iuf", "min": "iu", "max": "iu", "and_": "iu", "or_": "iu", "xor": "iu"}
 
 # Bad keys are reported through two int64 words per (device, stream): [0] the first
 # out-of-range position, [1] the first position where keys decrease (deterministic
@@ -104,7 +104,7 @@ _HW_OPS = {"add": "iuf", "min": "iuf", "max": "iuf", "and_": "iu", "or_": "iu", 
 POS_BITS = 40
 POS_MASK = (1 << POS_BITS) - 1
 EPOCH_LIMIT = (1 << (63 - POS_BITS)) - 1
-MAX_PROBES_GPU = 16
+MAX_PROBES_GPU = 8
 MAX_PROBES_SIM = 4
 
 Tile = collections.namedtuple("Tile", "nt vt slots")
@@ -611,16 +611,14 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
 
 
 class _Status:
+    """The two status words of a (device, stream), zeroed once, and its epoch."""
+
     __slots__ = ("words", "epoch")
 
-    def __init__(self, device_id, replacing):
+    def __init__(self, device_id):
         self.epoch = 0
-        alloc = getattr(_launch, "_alloc_zeroed", None)
-        if alloc is not None:
-            buf = alloc(device_id, 256, replacing)
-        else:  # pragma: no cover
-            buf = _arrays.describe(cuda.to_device(np.zeros(256, np.uint8)), "status")
-        self.words = buf.view(np.int64, (2,), 0)
+        with _device_ctx(device_id):
+            self.words = _arrays.describe(cuda.to_device(np.zeros(2, np.int64)), "status")
 
 
 _statuses = {}
@@ -631,7 +629,7 @@ def _status(device_id, stream, check):
     key = (device_id, stream)
     st = _statuses.get(key)
     if st is None or (check and st.epoch >= EPOCH_LIMIT):
-        st = _statuses[key] = _Status(device_id, st is not None)
+        st = _statuses[key] = _Status(device_id)
     if not check:
         return st.words, 0
     st.epoch += 1

@@ -390,10 +390,16 @@ class Plan:
         self.spec, self.grid, self.algorithm = spec, grid, algorithm
 
 
-@functools.lru_cache(maxsize=4096)
 def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
          ddof=0, deterministic=True):
-    """Choose and validate the algorithm, and size the grid."""
+    """Choose and validate the algorithm, and size the grid (cached per call
+    shape and per ``CUFOLD_TILE`` override, which tests change)."""
+    return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
+                 os.environ.get("CUFOLD_TILE"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile):
     from . import _dispatch
     if algorithm is None:
         algorithm = _dispatch.choose_reduce(op, acc_vt, n, device_id)

@@ -34,10 +34,15 @@ name                  carry-in of tile ``t``                                    
 ====================  =========================================================  ========
 
 All three combine operands in sequence order, so an associative operator is
-enough (no commutativity, no identity for inclusive scans); all three are
-deterministic, floating point included (fixed combination order, no
-atomics on the data; the orders of different algorithms differ, so their
-floating-point results may differ in the last bits).
+enough (no commutativity, no identity for inclusive scans).
+
+Reproducibility: ``reduce_then_scan`` and ``single_block`` combine in an
+order fixed by the input size alone, so floating-point results are bitwise
+the same from run to run. ``single_pass`` is exact for integers, but where a
+tile's look-back stops (at its predecessor's inclusive prefix, or further back
+over aggregates) depends on timing, and with it the association of the
+floating-point sums: its results may differ in the last bits between runs
+(as CUB's DeviceScan). The algorithms' orders differ from one another.
 
 ``total=True`` also returns the reduction of all inputs (seed 002's "scan
 total"), from the same pass: the last tile folds its valid items and adds
@@ -86,9 +91,11 @@ SINGLE_BLOCK_TILES = 1
 SPINE_BLOCK_TILES = 16
 
 FULL_MASK = 0xFFFFFFFF
+_U32 = ValueType.of(np.uint32)
 # Tile states of the look-back (the low two bits of a flag).
 EMPTY, AGGREGATE, PREFIX, OUTSIDE = 0, 1, 2, 3
 _EPOCH_LIMIT = (1 << 30) - 1    # flags keep the epoch in 30 bits
+
 
 def tile_for(in_vt, acc_vt):
     """Threads per block and items per thread for a scan of ``in_vt`` values
@@ -112,6 +119,7 @@ def tile_for(in_vt, acc_vt):
 
 # --- value routines the look-back needs --------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def _storage_vt(vt):
     """``vt`` with bool fields stored as uint8 (the cache-hinted loads take numbers only)."""
     fields = tuple(np.dtype(np.uint8) if f.kind == "b" else f for f in vt.fields)
@@ -580,10 +588,10 @@ def upsweep_kernel(op, in_vt, acc_vt, tile):
 
 # --- host side: plans ------------------------------------------------------------------
 
-class Plan(collections.namedtuple("Plan", "spec tiles algorithm spine")):
+class Plan(collections.namedtuple("Plan", "spec tiles algorithm spine scratch")):
     """What one scan launches: ``spec`` of the main kernel, ``tiles`` its tile
-    count, and for reduce_then_scan the ``spine`` plan (an inclusive scan of the
-    partials, in place)."""
+    count, for reduce_then_scan the ``spine`` plan (an inclusive scan of the
+    partials, in place), and ``scratch``, the bytes of workspace it carves."""
 
 
 def choose(op, in_vt, acc_vt, n):
@@ -609,16 +617,31 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None):
     tile = tile_for(in_vt, acc_vt)
     nv = tile.nt * tile.vt
     tiles = -(-n // nv)
-    if algorithm == "single_pass" or (algorithm == "reduce_then_scan" and tiles == 1):
-        carry = "single_pass" if algorithm == "single_pass" else "single_block"
-        return Plan(Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry), tiles, algorithm, None)
-    if algorithm == "single_block":
-        return Plan(Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block"), tiles, algorithm, None)
-    spine_tile = tile_for(acc_vt, acc_vt)
-    spine_alg = ("single_block" if tiles <= SPINE_BLOCK_TILES * spine_tile.nt * spine_tile.vt
-                 else "reduce_then_scan")
-    spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg)
-    return Plan(Spec(op, in_vt, acc_vt, out_vt, tile, kind, "downsweep"), tiles, algorithm, spine)
+    spine = None
+    if algorithm == "single_pass":
+        carry = "single_pass"
+    elif algorithm == "single_block" or tiles == 1:
+        carry = "single_block"
+    else:
+        carry = "downsweep"
+        spine_tile = tile_for(acc_vt, acc_vt)
+        spine_alg = ("single_block" if tiles <= SPINE_BLOCK_TILES * spine_tile.nt * spine_tile.vt
+                     else "reduce_then_scan")
+        spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg)
+    spec = Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry)
+    return Plan(spec, tiles, algorithm, spine, _scratch_bytes(spec, tiles, algorithm, spine))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, forced_tile, thresholds):
+    return plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
+
+
+def _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm):
+    """``plan()``, cached per call shape (and per tile override and thresholds,
+    which tests change)."""
+    return _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm,
+                        os.environ.get("CUFOLD_TILE"), (SINGLE_BLOCK_TILES, SPINE_BLOCK_TILES))
 
 
 def _align(nbytes):
@@ -629,24 +652,41 @@ def _bytes(vt, count):
     return sum(_align(max(count, 1) * f.itemsize) for f in vt.fields)
 
 
-def _scratch_bytes(p):
-    """Bytes of per-stream workspace ``_run`` carves for the plan (mirrors it)."""
-    spec = p.spec
+def _scratch_bytes(spec, tiles, algorithm, spine):
+    """Bytes of per-stream workspace ``_run`` carves for a plan (mirrors it)."""
     dummy_total = _bytes(spec.out_vt, 1)
-    if p.algorithm == "single_pass":             # published aggregates and prefixes
-        return 2 * _bytes(_storage_vt(spec.acc_vt), p.tiles) + dummy_total
-    if p.spine is None:                          # single block: placeholders only
+    if algorithm == "single_pass":               # published aggregates and prefixes
+        return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total
+    if spine is None:                            # single block: placeholders only
         return 256 + _bytes(spec.acc_vt, 1) + dummy_total
-    return 256 + _bytes(spec.acc_vt, p.tiles) + dummy_total + _scratch_bytes(p.spine)
+    return 256 + _bytes(spec.acc_vt, tiles) + dummy_total + spine.scratch
+
+
+_carved = {}
 
 
 def _carve(ws, offset, vt, count):
-    """``count`` values of ``vt`` (an array per field) from workspace ``ws`` at ``offset``."""
-    views = []
-    for f in vt.fields:
-        views.append(ws.view(f, (max(count, 1),), offset))
-        offset += _align(max(count, 1) * f.itemsize)
-    return (tuple(views) if vt.is_tuple else views[0]), offset
+    """``count`` values of ``vt`` (an array per field) from workspace ``ws`` at
+    ``offset``; returns (views, next offset). Cached: the same workspace is
+    carved the same way call after call (the cache keeps ``ws`` alive, so the
+    views stay valid)."""
+    key = (ws, offset, vt, count)
+    got = _carved.get(key)
+    if got is None:
+        views = []
+        end = offset
+        for f in vt.fields:
+            views.append(ws.view(f, (max(count, 1),), end))
+            end += _align(max(count, 1) * f.itemsize)
+        if len(_carved) > 4096:
+            _carved.clear()
+        got = _carved[key] = ((tuple(views) if vt.is_tuple else views[0]), end)
+    return got
+
+
+def _placeholder(ws, offset):
+    """A uint32 view for the kernel arguments an algorithm does not use."""
+    return _carve(ws, offset, _U32, 64)
 
 
 class _LookBackState:
@@ -654,22 +694,28 @@ class _LookBackState:
 
     __slots__ = ("buffer", "capacity", "epoch", "counter", "flags")
 
-    def __init__(self, device_id, capacity, replacing):
+    def __init__(self, device_id, capacity):
         self.capacity = capacity
         self.epoch = 0                           # fresh zeros: every flag is of epoch 0
-        self.buffer = _zeroed(device_id, 256 + 4 * capacity, replacing)
+        self.buffer = _zeroed(device_id, 256 + 4 * capacity)
         self.counter = self.buffer.view(np.uint32, (1,), 0)
         self.flags = self.buffer.view(np.uint32, (capacity,), 256)
 
 
 _look_back_states = {}
+# Superseded states stay alive: kernels still queued on the stream may use them.
+# Capacities grow geometrically, so they hold at most as much memory again.
+_retired = []
 
 
-def _zeroed(device_id, nbytes, replacing):
-    alloc = getattr(_launch, "_alloc_zeroed", None)
-    if alloc is not None:
-        return alloc(device_id, nbytes, replacing)
-    return _arrays.describe(cuda.to_device(np.zeros(nbytes, np.uint8)), "workspace")  # pragma: no cover
+def _zeroed(device_id, nbytes):
+    """A zeroed uint8 device buffer of ``nbytes`` on ``device_id`` (as an Arr).
+    ``to_device`` returns once the copy is done, so any stream sees the zeros."""
+    zeros = np.zeros(nbytes, np.uint8)
+    if config.ENABLE_CUDASIM:
+        return _arrays.describe(cuda.to_device(zeros), "workspace")
+    with cuda.gpus[device_id]:
+        return _arrays.describe(cuda.to_device(zeros), "workspace")
 
 
 def _look_back_state(device_id, stream, tiles):
@@ -679,8 +725,12 @@ def _look_back_state(device_id, stream, tiles):
     key = (device_id, stream)
     st = _look_back_states.get(key)
     if st is None or st.capacity < tiles or st.epoch >= _EPOCH_LIMIT:
-        cap = max(tiles, 1024, 2 * st.capacity if st is not None and st.capacity < tiles else 0)
-        st = _look_back_states[key] = _LookBackState(device_id, cap, st is not None)
+        cap = max(tiles, 1024)
+        if st is not None:
+            _retired.append(st)
+            if st.capacity < tiles:
+                cap = max(cap, 2 * st.capacity)
+        st = _look_back_states[key] = _LookBackState(device_id, cap)
     st.epoch += 1
     return st.counter, st.flags, np.uint32(st.epoch << 2)
 
@@ -690,7 +740,7 @@ def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
     may be ``xs``); ``init``: a host value of the accumulator type (an
     exclusive scan's first value; ignored by inclusive scans); ``totals``:
     1-element Arr(s) of the result type to receive the total, or None."""
-    _, ws = _launch.workspace(device_id, stream, _scratch_bytes(p))
+    _, ws = _launch.workspace(device_id, stream, p.scratch)
     _run(p, xs, outs, n, stream, device_id, p.spec.acc_vt.make(init), bool(has_init), totals,
          ws, 0)
 
@@ -714,8 +764,8 @@ def _run(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset):
                (xs, outs, n, p.tiles, counter, flags, tag, aggs, pres, init, has_init, totals,
                 want_total))
         return
-    counter = flags = ws.view(np.uint32, (1,), offset)   # placeholders: unused by these kernels
-    offset += 256
+    counter, offset = _placeholder(ws, offset)           # unused by these kernels
+    flags = counter
     if p.spine is None:                                  # one block walks every tile
         values, offset = _carve(ws, offset, acc_vt, 1)
         launch(scan_kernel(spec), key, 1, nt, stream,
@@ -735,17 +785,22 @@ def _run(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset):
 
 # --- the public calls -----------------------------------------------------------------------
 
+_vt_of = {}
+
+
 def _inputs(x):
     if isinstance(x, tuple):
         arrs = _arrays.describe_many(x)
         in_vt = ValueType.of(tuple(a.dtype for a in arrs))
     else:
-        arrs = (_arrays.describe(x),)
-        in_vt = ValueType.of(arrs[0].dtype)
+        a = _arrays.describe(x)
+        arrs = (a,)
+        in_vt = _vt_of.get(a.dtype)
+        if in_vt is None:
+            in_vt = _vt_of[a.dtype] = ValueType.of(a.dtype)
     for a in arrs:
         if a.ndim != 1:
             raise ValueError("cufold: scans take 1-D arrays; got shape %s" % (a.shape,))
-    _arrays.same_device(arrs)
     return arrs, in_vt
 
 
@@ -800,16 +855,34 @@ def _total_outputs(like, out_vt, alloc_stream):
     return vec[0], objs[0]
 
 
+_typed = {}
+
+
+def _types_for(op, in_vt, dtype, numpy_sum):
+    """(accumulator, result value types, identity), checked once per call shape."""
+    try:
+        key = (op, in_vt, dtype, numpy_sum)
+        got = _typed.get(key)
+    except TypeError:                            # an unhashable dtype= spelling
+        key, got = None, None
+    if got is None:
+        acc_vt, out_vt = _types.value_types(_result_fields(in_vt, dtype, numpy_sum))
+        op.check(acc_vt)
+        got = (acc_vt, out_vt, op.identity_for(acc_vt))
+        if key is not None:
+            _typed[key] = got
+    return got
+
+
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False):
     op = as_op(op)
-    _check_algorithm(algorithm)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        _check_algorithm(algorithm)
     with _launch.nvtx_range("cufold." + name):
         arrs, in_vt = _inputs(x)
         like = arrs[0]
         n = like.size
-        acc_vt, out_vt = _types.value_types(_result_fields(in_vt, dtype, numpy_sum))
-        op.check(acc_vt)
-        identity = op.identity_for(acc_vt)
+        acc_vt, out_vt, identity = _types_for(op, in_vt, dtype, numpy_sum)
         has_init = False
         if kind == "exclusive":
             if init is None:
@@ -836,7 +909,7 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
                        (totals, out_vt.make(identity)))
         else:
             xs = tuple(arrs) if in_vt.is_tuple else like
-            p = plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
+            p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
             run(p, xs, outs, n, handle, like.device_id, init_value, has_init, totals)
         return (result, total_obj) if total else result
 
@@ -854,7 +927,10 @@ def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=N
     out : device array(s) of ``len(x)`` and the result dtype to write into;
         may be ``x`` itself (in place).
     stream : the library's stream object or a raw ``CUstream`` handle.
-    algorithm : one of ``cufold.algorithms("scan")``; None chooses.
+    algorithm : one of ``cufold.algorithms("scan")``; None chooses (one block
+        for small inputs, else ``single_pass``). For floating-point results
+        that are bitwise reproducible from run to run, ask for
+        ``"reduce_then_scan"`` (see the module doc).
     total : also return the reduction of all of ``x`` (0-d device array(s)),
         from the same pass.
 

@@ -1,0 +1,878 @@
+"""Segmented reductions: ``segmented_reduce`` over CSR segments and
+``reduce_by_key`` over runs of equal keys (thrust::reduce_by_key).
+
+``segmented_reduce``: merge-path decomposition, balanced for any mix of segments
+==================================================================================
+
+Segment ``i`` is ``values[offsets[i]:offsets[i+1]]``. Think of the work as one
+path that merges two sorted lists: the ``m`` segment *ends* ``offsets[1:]`` and
+the ``nnz`` value indices ``offsets[0] .. offsets[m]-1`` (Merrill and Garland's
+merge-based CSR SpMV). Walking the path, a value is folded into the running
+segment total, and a segment end writes the total out and starts the next
+segment. The path has ``m + nnz`` items whatever the segment lengths, and it
+is cut into tiles of exactly ``NV = NT x VT`` items (a tile per block, ``VT``
+per thread): a million empty segments, a million short ones and one segment
+of a billion values cost the same per item. This is what CUB's
+one-block-per-segment ``DeviceSegmentedReduce`` lacks (one block walks a huge
+segment alone while the others idle, and every empty segment occupies a block).
+
+Two kernels per call:
+
+1. *partition* (``tiles + 1`` threads): each thread binary-searches the path
+   diagonal ``d = tile * NV`` against ``offsets`` (``log2 m`` loads), giving the
+   tile's start coordinate (segments ended, values consumed). Reads
+   ``(tiles + 1) log2 m`` offsets, a few µs.
+2. *segments* (``tiles`` blocks, one pass): a tile loads its values (converted
+   to the accumulator type) and its segment ends into shared memory with
+   coalesced loads; every thread finds its own start on the tile's path with
+   a merge-path search in shared memory (``log2 NV`` steps) and walks its
+   ``VT`` items in order, writing every segment that starts and ends within
+   its items. What is left, per thread, is the total of the segment it ended
+   in (its *tail*) and of the segment it started in (its *head*): a block-wide
+   segmented scan of the tails (reset by any segment end, shuffles plus one
+   barrier) gives each thread the part of its head segment that precedes it
+   in the tile, and the thread writes that segment. Segments crossing tile
+   boundaries get what precedes them in earlier tiles from a *decoupled
+   look-back* (as the single-pass scan): a tile that ends a segment publishes
+   its tail at once as its inclusive prefix (nothing before it matters for its
+   successors); a tile inside one segment publishes its aggregate, looks back
+   over its predecessors (32 per step, a warp) and publishes its prefix. Tile
+   ids come from an atomic ticket, so a tile only waits for running tiles.
+
+Costs: reads ``nnz`` values and ``m + 1`` offsets once (plus ``(tiles+1)
+log2 m`` in the partition), writes ``m`` results once (each by the thread that
+meets the segment's end), ``tiles`` look-back states; two launches; no host
+synchronisation. Operands are combined strictly in order (``init op x0 op x1
+op ...``), so any associative operator works, commutative or not; no operator
+identity is needed inside (partial totals carry a "has a value" flag).
+
+``reduce_by_key``: head flags -> CSR offsets -> ``segmented_reduce``
+=====================================================================
+
+A key starts a run where it differs from its predecessor. One kernel counts
+the run heads per tile, one block scans the counts; the number of runs is read
+on the host (**one synchronisation**: the results have exactly one element per
+run, as NumPy-style results must); a third kernel writes each run's start
+offset and key, and ``segmented_reduce`` folds the runs.
+"""
+
+import collections
+import functools
+import os
+
+import numpy as np
+from numba import config, cuda
+
+from .. import _codegen, block
+from ..ops import as_op, plus
+from ..values import ValueType
+from . import _arrays, _launch, _types
+from .reduce import Tile, kernel_for, launch
+
+__all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]
+
+SIMULATOR = bool(config.ENABLE_CUDASIM)
+FULL_MASK = 0xFFFFFFFF
+# Look-back tile states (the low two bits of a flag; the epoch is in the high 30).
+EMPTY, AGGREGATE, PREFIX, PREFIX_NONE = 0, 1, 2, 3
+_EPOCH_LIMIT = (1 << 30) - 1
+_PARTITION_THREADS = 64 if SIMULATOR else 256
+
+
+# --- tiles ---------------------------------------------------------------------------------
+
+def tile_for(acc_vt):
+    """Threads and path items per thread of a ``segmented_reduce`` tile.
+
+    ``CUFOLD_SEG_TILE=NTxVT`` overrides (NT a multiple of 32). GPU: 256 threads
+    and 8 items (fewer for accumulators over 16 bytes, so that the tile's values
+    stay within 32 KiB of shared memory). Simulator: 64 x 2, so that inputs of a
+    few hundred items cross many tiles.
+    """
+    forced = os.environ.get("CUFOLD_SEG_TILE")
+    if forced:
+        nt, vt = (int(v) for v in forced.lower().split("x"))
+    elif SIMULATOR:
+        nt, vt = 64, 2
+    else:
+        nt = 256
+        vt = max(1, min(8, 32768 // (nt * max(acc_vt.itemsize, 1))))
+    if nt % 32 or not 32 <= nt <= 1024 or vt < 1:
+        raise ValueError("cufold: a segmented tile needs a multiple of 32 threads (<= 1024) and at "
+                         "least one item per thread; got %dx%d" % (nt, vt))
+    return Tile(nt, vt)
+
+
+def _key_tile():
+    """Keys per tile of the run-head kernels of ``reduce_by_key``."""
+    return Tile(64, 2) if SIMULATOR else Tile(256, 16)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device_id):
+    """Multiprocessors of the device (4 in the simulator)."""
+    if SIMULATOR:
+        return 4
+    return cuda.gpus[device_id].MULTIPROCESSOR_COUNT
+
+
+# --- host <-> device helpers ------------------------------------------------------------------
+
+def to_host(arr, stream, device_id=None):
+    """Copy the device array ``arr`` (an :class:`~._arrays.Arr`) to a NumPy array,
+    ordered after the work queued on raw stream ``stream``; synchronises the host."""
+    nb = _arrays.as_numba(arr)
+    if SIMULATOR:
+        return nb.copy_to_host()
+    dev = arr.device_id if device_id is None else device_id
+    with _launch._numba_device_ctx(dev):
+        if not stream:
+            return nb.copy_to_host()
+        s = cuda.external_stream(stream)
+        host = nb.copy_to_host(stream=s)
+        s.synchronize()
+        return host
+
+
+def _storage_vt(vt):
+    """``vt`` with bool fields stored as uint8 (cache-hinted loads take numbers only)."""
+    fields = tuple(np.dtype(np.uint8) if f.kind == "b" else f for f in vt.fields)
+    return ValueType.of(fields if vt.is_tuple else fields[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _publish(vt):
+    """``publish(arrays, i, value)``: store to L2 (``st.global.cg``) as ``_storage_vt(vt)``."""
+    lines = []
+    for i, f in enumerate(vt.fields):
+        v = vt._field("v", i)
+        if f.kind == "b":
+            v = "np.uint8(1 if %s else 0)" % v
+        lines.append("    cuda.stcg(%s, i, %s)" % (vt._field("a", i), v))
+    return _codegen.build("def publish(a, i, v):\n%s\n" % "\n".join(lines), "publish")
+
+
+@functools.lru_cache(maxsize=None)
+def _fetch(vt):
+    """``fetch(arrays, i) -> value``: read from L2 (``ld.global.cg``), never a stale L1 line."""
+    parts = []
+    for i, f in enumerate(vt.fields):
+        load = "cuda.ldcg(%s, i)" % vt._field("a", i)
+        parts.append("(%s != 0)" % load if f.kind == "b" else "T%d(%s)" % (i, load))
+    return _codegen.build("def fetch(a, i):\n    return %s\n" % vt._pack(parts), "fetch", vt._env())
+
+
+# --- offsets --------------------------------------------------------------------------------
+
+@cuda.jit(device=True)
+def _offset(offsets, i, nvals):
+    """``offsets[i]`` clamped to ``[0, nvals]`` (no read outside ``values``)."""
+    v = np.int64(offsets[i])
+    return min(max(v, np.int64(0)), nvals)
+
+
+@cuda.jit(device=True)
+def _segment_end(offsets, s, base, nvals):
+    """End of segment ``s`` as a path value index (relative to ``offsets[0]``), >= 0."""
+    return max(_offset(offsets, s + 1, nvals), base) - base
+
+
+@functools.lru_cache(maxsize=None)
+def partition_kernel(nv):
+    """Kernel ``(offsets, nvals, m, ps, pj, count)``: ``(ps[p], pj[p])`` = the
+    merge-path coordinate (segments ended, values consumed) of diagonal
+    ``p * nv`` (clamped to the path's end), for ``p < count``."""
+
+    def partition(offsets, nvals, m, ps, pj, count):
+        p = cuda.grid(1)
+        if p < count:
+            base = _offset(offsets, 0, nvals)
+            nnz = max(_offset(offsets, m, nvals), base) - base
+            diag = min(np.int64(p) * nv, m + nnz)
+            lo = max(diag - nnz, np.int64(0))
+            hi = min(diag, m)
+            while lo < hi:
+                pivot = (lo + hi) >> 1
+                # Segment end `pivot` comes before value `diag - pivot - 1` iff end <= that index.
+                if _segment_end(offsets, pivot, base, nvals) <= diag - pivot - 1:
+                    lo = pivot + 1
+                else:
+                    hi = pivot
+            ps[p] = lo
+            pj[p] = diag - lo
+
+    return partition
+
+
+# --- device pieces of the segments kernel ---------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _seg_combine(op, vt):
+    """``seg(ar, ah, av, br, bh, bv) -> (r, h, v)``: the segmented operator on
+    (reset, has value, value) triples, ``a`` before ``b``: a reset in ``b``
+    drops ``a``'s value; values combine in order; an empty side is skipped."""
+    combine = op.combine(vt)
+
+    @cuda.jit(device=True)
+    def seg(ar, ah, av, br, bh, bv):
+        if br:
+            return True, bh, bv
+        if not bh:
+            return ar, ah, av
+        if not ah:
+            return ar, True, bv
+        return ar, True, combine(av, bv)
+
+    return seg
+
+
+@functools.lru_cache(maxsize=None)
+def _block_seg_scan(op, vt, nt):
+    """``scan(r, h, v, wr, wh, wv) -> (exclusive r, h, v, tile r, h, v)`` over the
+    block's threads in order, with the segmented operator: Kogge-Stone in each
+    warp, warp totals through shared memory (``wr``, ``wh``: int32[NT/32],
+    ``wv``: NT/32 values), one barrier. Every thread of the block calls it once."""
+    seg = _seg_combine(op, vt)
+    shfl_up = vt.shuffle("up")
+    load, store = vt.load, vt.store
+    nw = nt // 32
+
+    @cuda.jit(device=True)
+    def scan(r, h, v, wr, wh, wv):
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        w = tid >> 5
+        d = 1
+        while d < 32:
+            orr = cuda.shfl_up_sync(FULL_MASK, np.int32(1 if r else 0), d)
+            oh = cuda.shfl_up_sync(FULL_MASK, np.int32(1 if h else 0), d)
+            ov = shfl_up(FULL_MASK, v, d)
+            if lane >= d:
+                r, h, v = seg(orr != 0, oh != 0, ov, r, h, v)
+            d *= 2
+        if lane == 31:
+            wr[w] = 1 if r else 0
+            wh[w] = 1 if h else 0
+            store(wv, w, v)
+        er = cuda.shfl_up_sync(FULL_MASK, np.int32(1 if r else 0), 1)
+        eh = cuda.shfl_up_sync(FULL_MASK, np.int32(1 if h else 0), 1)
+        ev = shfl_up(FULL_MASK, v, 1)
+        first = lane == 0
+        cuda.syncthreads()
+        pr, ph, pv = False, False, v
+        tr, th, tv = False, False, v
+        for k in range(nw):
+            kr = wr[k] != 0
+            kh = wh[k] != 0
+            kv = load(wv, k)
+            if k < w:
+                pr, ph, pv = seg(pr, ph, pv, kr, kh, kv)
+            tr, th, tv = seg(tr, th, tv, kr, kh, kv)
+        if first:
+            return pr, ph, pv, tr, th, tv
+        cr, ch, cv = seg(pr, ph, pv, er != 0, eh != 0, ev)
+        return cr, ch, cv, tr, th, tv
+
+    return scan
+
+
+@functools.lru_cache(maxsize=None)
+def _look_back(op, vt):
+    """``look_back(tile, flags, tag, aggs, pres, placeholder) -> (has, exclusive)``:
+    the fold of everything in front of ``tile`` back to the last inclusive prefix
+    (PREFIX: a value; PREFIX_NONE: nothing). Called by the 32 lanes of warp 0."""
+    combine = op.combine(vt)
+    fetch = _fetch(vt)
+    shfl_idx = vt.shuffle("idx")
+
+    @cuda.jit(device=True)
+    def status(flags, j, tag):
+        """Tile ``j``'s state in this launch (an atomic read: the L2 copy, never hoisted)."""
+        if j < 0:
+            return np.uint32(PREFIX_NONE)
+        f = cuda.atomic.or_(flags, j, np.uint32(0))
+        if (f >> 2) == (tag >> 2):
+            return f & 3
+        return np.uint32(EMPTY)
+
+    @cuda.jit(device=True)
+    def look_back(tile, flags, tag, aggs, pres, placeholder):
+        lane = cuda.laneid
+        has = False
+        excl = placeholder
+        top = tile - 1
+        while True:
+            j = top - 31 + lane                 # lanes take tiles in order
+            s = status(flags, j, tag)
+            while not cuda.all_sync(FULL_MASK, s != EMPTY):
+                s = status(flags, j, tag)       # wait for every lane's tile to publish
+            cuda.threadfence()                  # values were written before the flags
+            value = placeholder
+            mine = False
+            if s == AGGREGATE:
+                value = fetch(aggs, j)
+                mine = True
+            elif s == PREFIX:
+                value = fetch(pres, j)
+                mine = True
+            stops = cuda.ballot_sync(FULL_MASK, s >= PREFIX)
+            start = 31 - cuda.clz(stops) if stops != 0 else 0
+            # The window's part, from the last prefix on, in tile order.
+            wh = False
+            wv = placeholder
+            for src in range(start, 32):
+                ov = shfl_idx(FULL_MASK, value, src)
+                oh = cuda.shfl_sync(FULL_MASK, np.int32(1 if mine else 0), src)
+                if oh != 0:
+                    wv = combine(wv, ov) if wh else ov
+                    wh = True
+            if wh:
+                excl = combine(wv, excl) if has else wv
+                has = True
+            if stops != 0:
+                break
+            top -= 32
+        return has, excl
+
+    return look_back
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_loader(in_vt, acc_vt, nt, vt):
+    """``load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa)``:
+    the tile's ``nvt`` values (as accumulators) into ``sv`` and its ``nrows + 1``
+    segment ends (relative to ``j0``, clamped to ``[0, NV + 1]``) into ``sa``,
+    striped (coalesced). Generated and unrolled so that each thread issues all
+    its loads before its first shared-memory store: they are in flight together."""
+    big = nt * vt + 1
+    lines = ["def load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa):",
+             "    tid = cuda.threadIdx.x",
+             "    if nvt > 0:",
+             "        last = nvt - 1",
+             "        first = base + j0"]
+    # Values: every slot loads (a clamped, valid address), only slots < nvt store.
+    lines += ["        x%d = load_in(values, first + min(%d + tid, last))" % (k, k * nt) for k in range(vt)]
+    lines += ["        if %d + tid < nvt:\n            store(sv, %d + tid, to_acc(x%d))" % (k * nt, k * nt, k)
+              for k in range(vt)]
+    # Segment ends: chunks beyond the tile's count are skipped as a block.
+    lines += ["    count = nrows + 1", "    top = m - 1"]
+    for k in range(vt + 1):
+        lines += ["    e%d = np.int64(BIG)" % k,
+                  "    if %d < count:" % (k * nt),
+                  "        r%d = s0 + %d + tid" % (k, k * nt),
+                  "        if r%d < m:" % k,
+                  "            e%d = seg_end(offsets, min(r%d, top), base, nvals) - j0" % (k, k)]
+    for k in range(vt + 1):
+        lines += ["    if %d + tid < count:" % (k * nt),
+                  "        sa[%d + tid] = min(max(e%d, np.int64(0)), np.int64(BIG))" % (k * nt, k)]
+    env = {"load_in": in_vt.load, "to_acc": acc_vt.cast, "store": acc_vt.store,
+           "seg_end": _segment_end, "BIG": big}
+    return _codegen.build("\n".join(lines) + "\n", "load_tile", env)
+
+
+Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile")
+Spec.__doc__ = "What a segments kernel is compiled for."
+
+
+@functools.lru_cache(maxsize=None)
+def segments_kernel(spec):
+    """The Python kernel of the one-pass merge-path segmented reduction.
+
+    Arguments: ``(values, offsets, nvals, m, ps, pj, outs, init, has_init,
+    tiles, counter, flags, tag, aggs, pres)``; ``init`` is the value folded in
+    front of every segment when ``has_init``, else the identity written for an
+    empty segment.
+    """
+    op, in_vt, acc_vt, out_vt = spec.op, spec.in_vt, spec.acc_vt, spec.out_vt
+    nt, vt = spec.tile
+    nv = nt * vt
+    nw = nt // 32
+    combine = op.combine(acc_vt)
+    load, store = acc_vt.load, acc_vt.store
+    store_out, to_out = out_vt.store, out_vt.cast
+    publish = _publish(acc_vt)
+    tile_storage = block.temp_storage(acc_vt, nv)
+    warp_storage = block.temp_storage(acc_vt, nw)
+    carry_storage = block.temp_storage(acc_vt, 1)
+    block_scan = _block_seg_scan(op, acc_vt, nt)
+    look_back = _look_back(op, acc_vt)
+    load_tile = _tile_loader(in_vt, acc_vt, nt, vt)
+    big = nv + 1                                # also the row-end array's size (a constant)
+
+    @cuda.jit(device=True)
+    def finish(outs, row, have, acc, init, has_init):
+        """Write segment ``row``: ``init op total`` (``init`` alone when empty)."""
+        if has_init:
+            v = combine(init, acc) if have else init
+        else:
+            v = acc if have else init
+        store_out(outs, row, to_out(v))
+
+    @cuda.jit(device=True)
+    def set_flag(flags, tile, tag, state):
+        cuda.threadfence()                      # the value before the flag
+        cuda.atomic.exch(flags, tile, np.uint32(tag | state))
+
+    def segments(values, offsets, nvals, m, ps, pj, outs, init, has_init, tiles, counter, flags,
+                 tag, aggs, pres):
+        sv = tile_storage()
+        wv = warp_storage()
+        ev = carry_storage()
+        sa = cuda.shared.array(big, np.int32)
+        wr = cuda.shared.array(nw, np.int32)
+        wh = cuda.shared.array(nw, np.int32)
+        meta = cuda.shared.array(2, np.int64)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            # Dynamic tile ids: tiles start in id order, so a look-back only waits for running tiles.
+            t = cuda.atomic.add(counter, 0, np.uint32(1))
+            if t == tiles - 1:                  # the last ticket: reset for the next launch
+                cuda.atomic.exch(counter, 0, np.uint32(0))
+            meta[0] = t
+        cuda.syncthreads()
+        tile = meta[0]
+        s0 = ps[tile]
+        j0 = pj[tile]
+        nrows = ps[tile + 1] - s0               # segment ends in this tile
+        nvt = pj[tile + 1] - j0                 # values in this tile
+        total = nrows + nvt
+        base = _offset(offsets, 0, nvals)
+
+        load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa)
+        cuda.syncthreads()
+
+        # This thread's start on the tile's path (merge-path search in shared memory).
+        diag = min(np.int64(tid) * vt, total)
+        lo = max(diag - nvt, np.int64(0))
+        hi = min(diag, nrows)
+        while lo < hi:
+            pivot = (lo + hi) >> 1
+            if sa[pivot] <= diag - pivot - 1:
+                lo = pivot + 1
+            else:
+                hi = pivot
+        s = lo
+        j = diag - lo
+        stop = min(diag + vt, total)
+
+        # Walk: fold values; a segment end writes the segment (all but the first).
+        head_row = s0 + s
+        have = False
+        acc = init
+        head_have = False
+        head = init
+        resets = 0
+        end = sa[s]
+        for k in range(vt):
+            if s + j < stop:
+                if j < end:
+                    x = load(sv, j)
+                    acc = combine(acc, x) if have else x
+                    have = True
+                    j += 1
+                else:
+                    if resets == 0:
+                        head_have = have
+                        head = acc
+                    else:
+                        finish(outs, s0 + s, have, acc, init, has_init)
+                    resets += 1
+                    have = False
+                    s += 1
+                    end = sa[s]
+
+        # What precedes each thread's head segment in the tile, and the tile's total.
+        cr, ch, cv, tr, th, tv = block_scan(resets > 0, have, acc, wr, wh, wv)
+
+        if tid < 32:
+            e_has = False
+            e_val = init
+            needs = False                       # the tile's first segment began in an earlier tile
+            if tile > 0 and total > 0:
+                started = np.int64(0)
+                if s0 > 0:
+                    started = _segment_end(offsets, s0 - 1, base, nvals)
+                needs = started < j0
+            if tid == 0:
+                if total == 0:
+                    set_flag(flags, tile, tag, PREFIX_NONE)
+                elif tr or not needs:
+                    # Nothing before this tile matters to its successors: publish the prefix now.
+                    if th:
+                        publish(pres, tile, tv)
+                        set_flag(flags, tile, tag, PREFIX)
+                    else:
+                        set_flag(flags, tile, tag, PREFIX_NONE)
+                else:
+                    publish(aggs, tile, tv)     # inside one segment: th is true
+                    set_flag(flags, tile, tag, AGGREGATE)
+            if needs:
+                e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
+                if not tr and tid == 0:
+                    publish(pres, tile, combine(e_val, tv) if e_has else tv)
+                    set_flag(flags, tile, tag, PREFIX)
+            if tid == 0:
+                meta[1] = 1 if e_has else 0
+                store(ev, 0, e_val)
+        cuda.syncthreads()
+
+        # The first segment end of each thread: (tile carry) op (earlier threads) op head.
+        if resets > 0:
+            ph = ch
+            pv = cv
+            if not cr and meta[1] != 0:
+                e = load(ev, 0)
+                pv = combine(e, cv) if ch else e
+                ph = True
+            if head_have:
+                fv = combine(pv, head) if ph else head
+                fh = True
+            else:
+                fv = pv
+                fh = ph
+            finish(outs, head_row, fh, fv, init, has_init)
+
+    return segments
+
+
+# --- look-back state -----------------------------------------------------------------------------
+
+class _LookBackState:
+    """Per (device, stream): the ticket counter and the tile flags of the look-back."""
+
+    __slots__ = ("buffer", "capacity", "epoch", "counter", "flags")
+
+    def __init__(self, device_id, capacity):
+        self.capacity = capacity
+        self.epoch = 0                          # fresh zeros: every flag is of epoch 0
+        with _launch._numba_device_ctx(device_id):
+            self.buffer = _arrays.describe(cuda.to_device(np.zeros(64 + capacity, np.uint32)),
+                                           "workspace")
+        self.counter = self.buffer.view(np.uint32, (1,), 0)
+        self.flags = self.buffer.view(np.uint32, (capacity,), 256)
+
+
+_states = {}
+_retired = []   # replaced states: launches still queued may use them
+
+
+def _look_back_state(device_id, stream, tiles):
+    """(counter, flags, tag): a new epoch per launch, so flags never need clearing."""
+    key = (device_id, stream)
+    st = _states.get(key)
+    if st is None or st.capacity < tiles or st.epoch >= _EPOCH_LIMIT:
+        if st is not None:
+            _retired.append(st)
+        cap = max(tiles, 1024, 2 * st.capacity if st is not None and st.capacity < tiles else 0)
+        st = _states[key] = _LookBackState(device_id, cap)
+    st.epoch += 1
+    return st.counter, st.flags, np.uint32(st.epoch << 2)
+
+
+def _align(nbytes):
+    return -(-nbytes // 256) * 256
+
+
+def _carve(ws, offset, vt, count):
+    views = []
+    for f in vt.fields:
+        views.append(ws.view(f, (max(count, 1),), offset))
+        offset += _align(max(count, 1) * f.itemsize)
+    return (tuple(views) if vt.is_tuple else views[0]), offset
+
+
+def _pack(vt, arrs):
+    return tuple(arrs) if vt.is_tuple else arrs[0]
+
+
+# --- host side -------------------------------------------------------------------------------------
+
+def _value_inputs(x, name):
+    if x.__class__ is tuple or x.__class__ is list:
+        arrs = _arrays.describe_many(tuple(x), name)
+        vt = ValueType.of(tuple(a.dtype for a in arrs))
+    else:
+        arrs = (_arrays.describe(x, name),)
+        vt = ValueType.of(arrs[0].dtype)
+    for a in arrs:
+        if a.ndim != 1:
+            raise ValueError("cufold: %s must be 1-D; got shape %s" % (name, a.shape))
+    return arrs, vt
+
+
+def _result_types(op, in_vt, dtype):
+    """(accumulator, result) value types: ``dtype=``, else NumPy's sum/prod
+    promotion for plus/multiplies, else the input's (as ``cufold.reduce``)."""
+    from ..ops import multiplies
+    if dtype is not None:
+        fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
+    elif op is plus or op is multiplies:
+        fields = tuple(_types.sum_dtype(f) for f in in_vt.fields)
+    else:
+        fields = in_vt.fields
+    return _types.value_types(fields if in_vt.is_tuple else fields[0])
+
+
+def _start_value(op, acc_vt, init, name, never_empty=False):
+    """(init value, has_init): ``init`` if given, else the identity (the value of
+    an empty segment); an operator without identity needs ``init``, unless no
+    segment can be empty (reduce_by_key's runs), when a placeholder is never used."""
+    if init is not None:
+        return acc_vt.make(init), True
+    ident = op.identity_for(acc_vt)
+    if ident is None and never_empty:
+        return acc_vt.make(acc_vt.sample()), False
+    if ident is None:
+        raise ValueError("cufold: operator %s has no identity; pass init= to %s (the value of an "
+                         "empty segment, folded in front of every segment)" % (op.name, name))
+    return ident, False
+
+
+def _allocate(like, vt, count, alloc_stream):
+    made = [_arrays.empty(like, (count,), f, alloc_stream) for f in vt.fields]
+    return _pack(vt, [m[1] for m in made]), _pack(vt, [_arrays.to_library(m[0], like) for m in made])
+
+
+def _run_segments(spec, xs, off, nvals, m, outs, init_value, has_init, handle, device_id):
+    """Launch the partition and segments kernels (``m >= 1``)."""
+    nt, vt = spec.tile
+    nv = nt * vt
+    tiles = max(1, -(-(m + nvals) // nv))       # nnz <= nvals: extra tiles are empty
+    sacc = _storage_vt(spec.acc_vt)
+    idx_bytes = _align(8 * (tiles + 1))
+    val_bytes = sum(_align(tiles * f.itemsize) for f in sacc.fields)
+    _, ws = _launch.workspace(device_id, handle, 2 * idx_bytes + 2 * val_bytes)
+    ps = ws.view(np.int64, (tiles + 1,), 0)
+    pj = ws.view(np.int64, (tiles + 1,), idx_bytes)
+    aggs, offset = _carve(ws, 2 * idx_bytes, sacc, tiles)
+    pres, offset = _carve(ws, offset, sacc, tiles)
+    counter, flags, tag = _look_back_state(device_id, handle, tiles)
+    launch(partition_kernel(nv), ("seg_partition", nv), -(-(tiles + 1) // _PARTITION_THREADS),
+           _PARTITION_THREADS, handle, (off, np.int64(nvals), np.int64(m), ps, pj, np.int64(tiles + 1)))
+    launch(segments_kernel(spec), ("segments", spec), tiles, nt, handle,
+           (xs, off, np.int64(nvals), np.int64(m), ps, pj, outs, init_value, bool(has_init),
+            np.int64(tiles), counter, flags, tag, aggs, pres))
+
+
+def _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, name, never_empty=False):
+    """The core of segmented_reduce on described inputs; returns the result object(s)."""
+    acc_vt, out_vt = _result_types(op, in_vt, dtype)
+    op.check(acc_vt)
+    init_value, has_init = _start_value(op, acc_vt, init, name, never_empty)
+    like = arrs[0]
+    m = off.size - 1
+    outs, objs = _allocate(like, out_vt, m, alloc_stream)
+    if m > 0:
+        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt))
+        _run_segments(spec, _pack(in_vt, arrs), off, like.size, m, outs, init_value, has_init,
+                      handle, like.device_id)
+    return objs
+
+
+def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None):
+    """Reduce every segment ``values[offsets[i]:offsets[i+1]]`` of a CSR layout.
+
+    Parameters
+    ----------
+    values : CUDA array (any library), or a tuple of equally long arrays (tuple values).
+    offsets : 1-D CUDA array of any integer dtype, ``len(segments) + 1`` entries,
+        non-decreasing, within ``[0, len(values)]`` (not checked: offsets outside
+        are clamped, decreasing ones give unspecified results). Values before
+        ``offsets[0]`` and from ``offsets[-1]`` on are ignored.
+    op : cufold.Op or function ``(a, b) -> c``; associative. Commutativity is not
+        needed: each segment is the ordered fold ``init op v0 op v1 op ...``.
+    init : folded in front of every segment, and the result of an empty one
+        (NumPy's ``initial``). Default: the operator's identity, which an
+        operator without one replaces by a required ``init``.
+    dtype : accumulator and result dtype (default as ``cufold.reduce``: sums of
+        small integers are int64/uint64, float16 accumulates in float32).
+    stream : the library's stream object or a raw ``CUstream`` handle.
+
+    Returns an array of ``len(offsets) - 1`` results in ``values``' library (a
+    tuple for tuple values), without synchronising the host.
+
+    Unlike ``np.add.reduceat`` (which gives ``values[offsets[i]]`` for an empty
+    segment), an empty segment is ``init`` or the identity, as
+    ``torch.segment_reduce`` and CUB.
+
+    Load balancing: merge path over segment ends and values (see the module doc):
+    every block gets the same number of (values + segment ends) whatever the mix
+    of empty, tiny and huge segments; two launches, no host synchronisation.
+
+    Example::
+
+        >>> v = cupy.arange(10, dtype=cupy.float32)
+        >>> cufold.segmented_reduce(v, cupy.asarray([0, 3, 3, 10]))
+        array([ 3.,  0., 42.], dtype=float32)
+        >>> cufold.segmented_reduce(v, cupy.asarray([0, 3, 3, 10]), cufold.maximum, init=-1)
+        array([ 2., -1.,  9.], dtype=float32)
+    """
+    op = as_op(op)
+    with _launch.nvtx_range("cufold.segmented_reduce"):
+        arrs, in_vt = _value_inputs(values, "values")
+        off = _arrays.describe(offsets, "offsets")
+        if off.ndim != 1 or off.size < 1:
+            raise ValueError("cufold: offsets must be a 1-D array of len(segments) + 1 >= 1 entries; "
+                             "got shape %s" % (off.shape,))
+        if off.dtype.kind not in "iu":
+            raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
+        _arrays.same_device(tuple(arrs) + (off,), "values and offsets")
+        handle = _arrays.stream_handle(tuple(arrs) + (off,), stream)
+        alloc_stream = handle if stream is not None else None
+        return _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, "segmented_reduce")
+
+
+# --- reduce_by_key -----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _head(key_vt):
+    """``is_head(keys, i) -> bool``: item ``i`` starts a run (``i == 0`` or a new key)."""
+    load, equal = key_vt.load, key_vt.equal
+
+    @cuda.jit(device=True)
+    def is_head(keys, i):
+        if i == 0:
+            return True
+        return not equal(load(keys, i), load(keys, i - 1))
+
+    return is_head
+
+
+@functools.lru_cache(maxsize=None)
+def count_heads_kernel(key_vt, tile):
+    """Kernel ``(keys, n, counts)``: ``counts[b]`` = run heads in tile ``b`` (striped loads)."""
+    nt, vt = tile
+    nv = nt * vt
+    is_head = _head(key_vt)
+    block_sum = block.reduce(plus, np.int64, nt)
+
+    def count_heads(keys, n, counts):
+        tid = cuda.threadIdx.x
+        base = np.int64(cuda.blockIdx.x) * nv
+        c = np.int64(0)
+        for k in range(vt):
+            i = base + k * nt + tid
+            if i < n and is_head(keys, i):
+                c += 1
+        total = block_sum(c)
+        if tid == 0:
+            counts[cuda.blockIdx.x] = total
+
+    return count_heads
+
+
+@functools.lru_cache(maxsize=None)
+def scan_counts_kernel(nt):
+    """Kernel ``(counts, tiles, total)`` for one block: ``counts`` becomes its
+    exclusive scan in place; ``total[0]`` the number of runs."""
+    scan = block.exclusive_scan(plus, np.int64, nt, aggregate=True)
+
+    def scan_counts(counts, tiles, total):
+        tid = cuda.threadIdx.x
+        running = np.int64(0)
+        for base in range(0, tiles, nt):
+            i = base + tid
+            c = counts[i] if i < tiles else np.int64(0)
+            excl, agg = scan(c)
+            if i < tiles:
+                counts[i] = running + excl
+            running += agg
+        if tid == 0:
+            total[0] = running
+
+    return scan_counts
+
+
+@functools.lru_cache(maxsize=None)
+def scatter_heads_kernel(key_vt, tile):
+    """Kernel ``(keys, n, bases, runs, offsets, unique)``: each run's start
+    offset and key, in order (blocked: a thread's items are adjacent); the last
+    block also writes ``offsets[runs] = n``."""
+    nt, vt = tile
+    nv = nt * vt
+    is_head = _head(key_vt)
+    load, store = key_vt.load, key_vt.store
+    scan = block.exclusive_scan(plus, np.int64, nt)
+
+    def scatter_heads(keys, n, bases, runs, offsets, unique):
+        tid = cuda.threadIdx.x
+        first = np.int64(cuda.blockIdx.x) * nv + np.int64(tid) * vt
+        c = np.int64(0)
+        for k in range(vt):
+            i = first + k
+            if i < n and is_head(keys, i):
+                c += 1
+        pos = scan(c) + bases[cuda.blockIdx.x]
+        for k in range(vt):
+            i = first + k
+            if i < n and is_head(keys, i):
+                offsets[pos] = i
+                store(unique, pos, load(keys, i))
+                pos += 1
+        if tid == 0 and cuda.blockIdx.x == cuda.gridDim.x - 1:
+            offsets[runs] = n
+
+    return scatter_heads
+
+
+def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
+    """Reduce each run of equal adjacent keys (``thrust::reduce_by_key``).
+
+    Parameters
+    ----------
+    keys : 1-D CUDA array (any numeric dtype), or a tuple of equally long arrays
+        (tuple keys, equal when every field is); equal keys must be adjacent to
+        be one run (a key that comes back later starts a new run, as in thrust;
+        NaN keys never equal anything, so each NaN is its own run).
+    values : CUDA array(s) as long as ``keys`` (a tuple for tuple values).
+    op : cufold.Op or function ``(a, b) -> c``; associative (an ordered fold per run).
+    dtype : accumulator and result dtype (default as ``cufold.reduce``).
+    stream : the library's stream object or a raw ``CUstream`` handle.
+
+    Returns ``(unique_keys, totals)``, arrays of the input library with one
+    element per run. **Synchronises the host once**, to read the number of runs
+    and allocate results of exactly that length (thrust returns an end iterator
+    instead). Cost: keys are read three times and values once.
+
+    Example::
+
+        >>> k = torch.tensor([1, 1, 2, 2, 2, 1], device="cuda")
+        >>> cufold.reduce_by_key(k, torch.ones(6, device="cuda"))
+        (tensor([1, 2, 1], device='cuda:0'), tensor([2., 3., 1.], device='cuda:0'))
+    """
+    op = as_op(op)
+    with _launch.nvtx_range("cufold.reduce_by_key"):
+        karrs, key_vt = _value_inputs(keys, "keys")
+        varrs, in_vt = _value_inputs(values, "values")
+        n = karrs[0].size
+        if varrs[0].size != n:
+            raise ValueError("cufold: keys and values must be equally long; got %d and %d"
+                             % (n, varrs[0].size))
+        every = tuple(karrs) + tuple(varrs)
+        _arrays.same_device(every, "keys and values")
+        like = karrs[0]
+        dev = like.device_id
+        handle = _arrays.stream_handle(every, stream)
+        alloc_stream = handle if stream is not None else None
+        acc_vt, out_vt = _result_types(op, in_vt, dtype)
+        op.check(acc_vt)
+        if n == 0:
+            return (_allocate(like, key_vt, 0, alloc_stream)[1],
+                    _allocate(like, out_vt, 0, alloc_stream)[1])
+        nt, vt = _key_tile()
+        tiles = -(-n // (nt * vt))
+        _, ws = _launch.workspace(dev, handle, _align(8 * tiles) + 256)
+        counts = ws.view(np.int64, (tiles,), 0)
+        total = ws.view(np.int64, (1,), _align(8 * tiles))
+        kx = _pack(key_vt, karrs)
+        launch(count_heads_kernel(key_vt, (nt, vt)), ("rbk_count", key_vt, (nt, vt)), tiles, nt, handle,
+               (kx, np.int64(n), counts))
+        launch(scan_counts_kernel(nt), ("rbk_scan", nt), 1, nt, handle, (counts, np.int64(tiles), total))
+        runs = int(to_host(total, handle, dev)[0])          # the one synchronisation
+        _, off = _arrays.empty(like, (runs + 1,), np.int64, alloc_stream)
+        uarrs, ukeys = _allocate(like, key_vt, runs, alloc_stream)
+        launch(scatter_heads_kernel(key_vt, (nt, vt)), ("rbk_scatter", key_vt, (nt, vt)), tiles, nt,
+               handle, (kx, np.int64(n), counts, np.int64(runs), off, uarrs))
+        totals = _segmented(varrs, in_vt, off, op, None, dtype, handle, alloc_stream, "reduce_by_key",
+                            never_empty=True)
+        return ukeys, totals

@@ -1,0 +1,540 @@
+"""reduce_by_key_into (cufold.device.bykey) and its benchmark (cufold.bench.bykey).
+
+Every algorithm against NumPy's ``np.add.at``/``np.minimum.at``/``np.maximum.at`` on
+seed 001's three key orders (a small box in the simulator: 6^3 cells x 3 particles, tiles
+of 64 x 2 items, 64-slot shared tables, 4 resident blocks; 20^3 x 10 and the full
+100^3 x 10 box on a GPU), keys of every integer width, value and output dtypes, NaN,
+out-of-range keys, empty and partial-warp inputs, the deterministic mode and the
+compare-and-swap operators.
+
+Run: PYTHONPATH=src python -m pytest tests/test_bykey.py -q
+"""
+
+import os
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from conftest import SIMULATOR, gpu_only
+
+import cufold
+from cufold.bench import bykey as BB
+from cufold.device import bykey as BK
+
+ALGORITHMS = BK.ALGORITHMS
+ORDERS = BB.ORDERS
+SIDE, PER_CELL = (6, 3) if SIMULATOR else (20, 10)
+SMALL = (4, 3) if SIMULATOR else (20, 10)      # the box of the secondary tests
+INT_KEYS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:overflow encountered:RuntimeWarning",
+    "ignore:invalid value encountered:RuntimeWarning",
+)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def dev(a):
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+def box(order, side=SIDE, per_cell=PER_CELL, seed=3):
+    """Seed 001's keys (int64), exact values, and the number of cells."""
+    keys = BB.box_keys(side, per_cell, order, seed)
+    return keys, BB.box_values(keys.size, seed), side ** 3
+
+
+def reference(ufunc, out, keys, values, m=None):
+    r = np.array(out, copy=True)
+    m = r.size if m is None else m
+    good = (keys >= 0) & (keys < m) if keys.dtype.kind == "i" else keys < m
+    ufunc.at(r, keys[good].astype(np.int64), values[good].astype(r.dtype))
+    return r
+
+
+def run(keys, values, out, op=cufold.plus, **kw):
+    d = dev(out)
+    got = BK.reduce_by_key_into(dev(keys), dev(values), d, op, **kw)
+    assert got is d
+    return d.copy_to_host()
+
+
+UFUNCS = ((cufold.plus, np.add, 0.0), (cufold.minimum, np.minimum, np.inf),
+          (cufold.maximum, np.maximum, -np.inf))
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles of 32 threads x 1 item and 32-slot tables: many tiles, several levels of the
+    sorted algorithm, frequent table flushes."""
+    monkeypatch.setenv("CUFOLD_BYKEY_TILE", "32x1x32")
+    BK.plan.cache_clear()
+    yield
+    monkeypatch.delenv("CUFOLD_BYKEY_TILE")
+    BK.plan.cache_clear()
+
+
+# --- every algorithm, seed 001's orders ------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("order", ORDERS)
+def test_orders(order, algorithm):
+    keys, values, m = box(order)
+    keys = keys.astype(np.int32)
+    for op, ufunc, init in UFUNCS:
+        out = np.full(m, init)
+        out[::7] = 0.5                      # some keys start from a value
+        got = run(keys, values, out, op, algorithm=algorithm)
+        np.testing.assert_array_equal(got, reference(ufunc, out, keys, values), err_msg=op.name)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_many_tiles_and_levels(small_tiles, algorithm):
+    for order in ("shifted", "ordered"):
+        keys, values, m = box(order)
+        out = np.zeros(m)
+        got = run(keys, values, out, algorithm=algorithm)
+        np.testing.assert_array_equal(got, reference(np.add, out, keys, values))
+    p = BK.plan(cufold.plus, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m, keys.size, 0,
+                "sorted", False, True)
+    assert p.spec.tile.nt * p.spec.tile.vt == 32 and 2 * p.grid > 32   # three levels of pieces
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_repeated_keys_fill_the_table(algorithm, rng):
+    """Few keys (duplicates in every warp: the aggregating paths) and ~100 keys per tile
+    (more than a simulated 64-slot table holds: the probe limit and the global fallback)."""
+    for m, ops in ((5, UFUNCS[::2]), (200, UFUNCS[:2])):
+        keys = rng.integers(0, m, 400 if SIMULATOR else 100000).astype(np.int32)
+        values = rng.integers(-8, 9, keys.size).astype(np.int64)
+        out = rng.integers(-5, 5, m).astype(np.int64)
+        for op, ufunc, _ in ops:
+            got = run(keys, values, out, op, algorithm=algorithm)
+            np.testing.assert_array_equal(got, reference(ufunc, out, keys, values), err_msg="%s m=%d" % (op.name, m))
+
+
+# --- keys, values, outputs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key_dtype", INT_KEYS)
+def test_key_dtypes(key_dtype):
+    dt = np.dtype(key_dtype)
+    keys, values, m = box("shifted", *SMALL)
+    m = min(m, int(np.iinfo(dt).max) + 1)
+    keys = (keys % m).astype(dt)
+    alg = ALGORITHMS[INT_KEYS.index(key_dtype) % len(ALGORITHMS)]
+    out = np.zeros(m)
+    np.testing.assert_array_equal(run(keys, values, out, algorithm=alg), reference(np.add, out, keys, values))
+
+
+VALUE_CASES = [
+    ("float32", "float32"), ("int32", "int32"), ("uint32", "uint32"), ("int64", "int64"),
+    ("uint64", "uint64"), ("int32", "int64"), ("float32", "float64"), ("float64", "float32"),
+    ("bool", "int32"), ("float16", "float32"), ("uint8", "uint64"),
+]
+
+
+@pytest.mark.parametrize("val_dtype,out_dtype", VALUE_CASES)
+def test_value_and_out_dtypes(val_dtype, out_dtype, rng):
+    keys, _, m = box("ordered", *SMALL)
+    vd, od = np.dtype(val_dtype), np.dtype(out_dtype)
+    if vd.kind == "b":
+        values = rng.integers(0, 2, keys.size).astype(bool)
+    elif vd.kind == "u":
+        values = rng.integers(0, 17, keys.size).astype(vd)
+    elif vd.kind == "i":
+        values = rng.integers(-8, 9, keys.size).astype(vd)
+    else:
+        values = (rng.integers(-64, 65, keys.size) / 64).astype(vd)
+    ops = UFUNCS if vd.kind != "b" else UFUNCS[:1]
+    for i, (op, ufunc, init) in enumerate(ops):
+        if od.kind in "iu":
+            init = {np.add: 0, np.minimum: np.iinfo(od).max, np.maximum: np.iinfo(od).min}[ufunc]
+        out = np.full(m, init, dtype=od)
+        alg = ALGORITHMS[(VALUE_CASES.index((val_dtype, out_dtype)) + i) % len(ALGORITHMS)]
+        got = run(keys, values, out, op, algorithm=alg)
+        assert got.dtype == od
+        ref = reference(ufunc, out, keys, values)
+        if od.kind == "f":
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6, err_msg="%s %s" % (op.name, alg))
+        else:
+            np.testing.assert_array_equal(got, ref, err_msg="%s %s" % (op.name, alg))
+
+
+def test_unsigned_extremes(rng):
+    """uint64 values above 2**63 and uint32 above 2**31: unsigned atomics and compares."""
+    keys = rng.integers(0, 40, 150).astype(np.uint16)
+    for dt in (np.uint32, np.uint64):
+        top = np.iinfo(dt).max
+        values = np.array(top, dt) - rng.integers(0, 1000, keys.size).astype(dt)
+        for i, alg in enumerate(ALGORITHMS):
+            for op, ufunc, init in ((cufold.maximum, np.maximum, 0), (cufold.minimum, np.minimum, top))[i % 2::2]:
+                out = np.full(40, init, dtype=dt)
+                np.testing.assert_array_equal(run(keys, values, out, op, algorithm=alg),
+                                              reference(ufunc, out, keys, values), err_msg="%s %s" % (alg, dt))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_nan_propagates_as_numpy(algorithm, rng):
+    keys, values, m = box("shifted", *SMALL)
+    values = values.copy()
+    values[rng.integers(0, values.size, 6)] = np.nan
+    for dt in (np.float64, np.float32):
+        for op, ufunc, init in UFUNCS[1:]:
+            out = np.full(m, init, dtype=dt)
+            out[[1, 5]] = np.nan                 # a NaN already in out stays
+            got = run(keys, values.astype(dt), out, op, algorithm=algorithm)
+            np.testing.assert_array_equal(got, reference(ufunc, out, keys, values.astype(dt)),
+                                          err_msg="%s %s" % (op.name, dt))
+            assert np.isnan(got[[1, 5]]).all()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("n", [1, 31, 33, 37, 100])
+def test_partial_last_warp(n, algorithm, rng):
+    keys = rng.integers(0, 7, n).astype(np.int32)
+    values = rng.integers(-8, 9, n).astype(np.float64)
+    out = np.zeros(7)
+    np.testing.assert_array_equal(run(keys, values, out, algorithm=algorithm), reference(np.add, out, keys, values))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS + (None,))
+def test_empty_input(algorithm):
+    out = np.arange(4.0)
+    for check in (True, False):
+        got = run(np.zeros(0, np.int32), np.zeros(0), out, algorithm=algorithm, check=check)
+        np.testing.assert_array_equal(got, out)
+
+
+def test_strided_arrays(rng):
+    keys = rng.integers(0, 30, 400).astype(np.int64)
+    values = rng.integers(-8, 9, 600).astype(np.float64) / 8 + 1
+    big = np.full(70, 1.0)
+    for alg in ALGORITHMS:
+        for op, ufunc in ((cufold.plus, np.add), (cufold.multiplies, np.multiply)):
+            dk, dv, dout = dev(keys), dev(values), dev(big)
+            BK.reduce_by_key_into(dk[::2], dv[::3], dout[1::2][:30], op, algorithm=alg)
+            want = big.copy()
+            view = want[1::2][:30]
+            ufunc.at(view, keys[::2], values[::3][:200])
+            np.testing.assert_allclose(dout.copy_to_host(), want, rtol=1e-12, err_msg="%s %s" % (alg, op.name))
+
+
+# --- out-of-range keys ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_out_of_range_keys(algorithm, rng):
+    m = 50
+    keys = rng.integers(0, m, 300).astype(np.int64)
+    keys[[40, 90, 200]] = [m, -1, 1 << 40]
+    values = rng.integers(-8, 9, keys.size).astype(np.float64)
+    guard = np.zeros(m + 64)
+    dk, dv = dev(keys), dev(values)
+    dbig = dev(guard)
+    out = dbig[32:32 + m]
+    with pytest.raises(IndexError, match=r"key 50 at position 40 is out of range for out of length 50"):
+        BK.reduce_by_key_into(dk, dv, out, algorithm=algorithm)
+    got = dbig.copy_to_host()
+    assert not got[:32].any() and not got[32 + m:].any()          # nothing written outside out
+    want = reference(np.add, np.zeros(m), keys, values)
+    np.testing.assert_array_equal(got[32:32 + m], want)            # the valid keys were applied
+    # check=False: no error, the bad keys are skipped
+    BK.reduce_by_key_into(dk, dv, out, algorithm=algorithm, check=False)
+    np.testing.assert_array_equal(dbig.copy_to_host()[32:32 + m], 2 * want)
+    # a later checked call with good keys does not see the earlier errors
+    good = dev(np.clip(keys, 0, m - 1))
+    BK.reduce_by_key_into(good, dv, out, algorithm=algorithm)
+
+
+def test_out_of_range_key_dtypes():
+    values = np.ones(40)
+    for dt, bad in (("uint8", 200), ("int8", -3), ("uint32", 2**32 - 1), ("uint64", 2**64 - 1),
+                    ("uint64", 2**63 + 5), ("int64", -(2**63))):
+        keys = np.zeros(40, dtype=dt)
+        keys[33] = bad
+        with pytest.raises(IndexError, match=r"key %d at position 33 is out of range for out of length 10" % bad):
+            run(keys, values, np.zeros(10))
+        got = run(keys, values, np.zeros(10), check=False, algorithm="atomic")
+        assert got[0] == 39 and got[1:].sum() == 0
+
+
+def test_every_key_bad():
+    with pytest.raises(IndexError, match="key 0 at position 0 is out of range for out of length 0"):
+        run(np.zeros(5, np.int32), np.ones(5), np.zeros(0))
+
+
+# --- deterministic mode, operators ------------------------------------------------------------------
+
+def test_deterministic_mode(rng):
+    keys, _, m = box("ordered", *SMALL)
+    values = rng.standard_normal(keys.size)
+    p = BK.plan(cufold.plus, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m, keys.size, 0,
+                None, True, True)
+    assert p.spec.algorithm == "sorted"
+    first = run(keys, values, np.zeros(m), deterministic=True)
+    again = run(keys, values, np.zeros(m), deterministic=True)
+    assert first.tobytes() == again.tobytes()
+    np.testing.assert_allclose(first, reference(np.add, np.zeros(m), keys, values), rtol=1e-12, atol=1e-12)
+    # keys not sorted
+    shuffled = keys.copy()
+    shuffled[[10, 40]] = shuffled[[40, 10]]    # keys 3 and 13
+    with pytest.raises(ValueError, match=r"deterministic=True needs keys sorted .* keys\[\d+\] = \d+ follows"):
+        run(shuffled, values, np.zeros(m), deterministic=True)
+    # other algorithms are refused for floats, fine for integers (exact, order-free)
+    with pytest.raises(ValueError, match="deterministic=True needs algorithm='sorted'"):
+        run(keys, values, np.zeros(m), deterministic=True, algorithm="warp")
+    ints = rng.integers(-8, 9, keys.size).astype(np.int64)
+    got = run(keys, ints, np.zeros(m, np.int64), deterministic=True, algorithm="block")
+    np.testing.assert_array_equal(got, reference(np.add, np.zeros(m, np.int64), keys, ints))
+
+
+def test_non_commutative_operator(rng):
+    """'keep the last value': associative, not commutative; 'sorted' folds in sequence order."""
+    last = cufold.Op(lambda a, b: b, name="last")
+    keys = np.sort(rng.integers(0, 40, 500)).astype(np.int32)
+    values = rng.standard_normal(keys.size)
+    out = np.full(45, -7.0)
+    want = out.copy()
+    for k, v in zip(keys, values):
+        want[k] = v
+    np.testing.assert_array_equal(run(keys, values, out, last), want)
+    np.testing.assert_array_equal(run(keys, values, out, last, algorithm="sorted"), want)
+    for alg in ("atomic", "warp", "block"):
+        with pytest.raises(ValueError, match="commutative"):
+            run(keys, values, out, last, algorithm=alg)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_compare_and_swap_operators(algorithm, rng):
+    keys, _, m = box("shifted", *SMALL)
+    near_one = 1 + rng.integers(-4, 5, keys.size) / 64
+    signs = rng.choice(np.array([1, 1, 1, 2, -1], np.int64), keys.size)
+    bits = rng.integers(0, 2**32, keys.size, dtype=np.uint64).astype(np.uint32)
+    cases = [
+        (cufold.multiplies, np.multiply, np.ones(m), near_one),
+        (cufold.multiplies, np.multiply, np.ones(m, np.int64), signs),
+        (cufold.bit_or, np.bitwise_or, np.zeros(m, np.uint32), bits),
+        (cufold.bit_xor, np.bitwise_xor, np.zeros(m, np.int64), bits.astype(np.int64)),
+        (cufold.bit_and, np.bitwise_and, np.full(m, -1, np.int32), bits.astype(np.int32)),
+    ]
+    for op, ufunc, out, values in cases:
+        got = run(keys, values, out, op, algorithm=algorithm)
+        ref = reference(ufunc, out, keys, values)
+        if out.dtype.kind == "f":
+            np.testing.assert_allclose(got, ref, rtol=1e-12, err_msg=op.name)
+        else:
+            np.testing.assert_array_equal(got, ref, err_msg="%s %s" % (op.name, out.dtype))
+
+
+def test_user_operators(rng):
+    keys, values, m = box("random", *SMALL)
+    absmax = cufold.Op(lambda a, b: a if abs(a) >= abs(b) else b, identity=0.0, commutative=True)
+    no_identity = cufold.Op(lambda a, b: a if abs(a) >= abs(b) else b, commutative=True)
+    values = values * np.where(rng.random(values.size) < 0.5, -1, 1)
+    want = np.zeros(m)
+    for k, v in zip(keys, values):
+        want[k] = want[k] if abs(want[k]) >= abs(v) else v
+    # ties between +x and -x make the result order-dependent: compare magnitudes
+    for alg in ALGORITHMS:
+        np.testing.assert_array_equal(np.abs(run(keys, values, np.zeros(m), absmax, algorithm=alg)),
+                                      np.abs(want), err_msg=str(alg))
+    assert BK.plan(no_identity, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m, 10, 0, None,
+                   False, True).spec.algorithm == "warp"
+    with pytest.raises(ValueError, match="identity"):
+        run(keys, values, np.zeros(m), no_identity, algorithm="block")
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+def test_argument_errors():
+    k, v, o = np.zeros(4, np.int32), np.ones(4), np.zeros(3)
+    cases = [
+        ((k.astype(np.float64), v, o), {}, TypeError, "keys must have an integer dtype"),
+        ((k.astype(bool), v, o), {}, TypeError, "keys must have an integer dtype"),
+        ((k, v, o.astype(np.float16)), {}, TypeError, "out must have a 32- or 64-bit dtype"),
+        ((k, v, o.astype(np.int8)), {}, TypeError, "out must have a 32- or 64-bit dtype"),
+        ((k, v, o.astype(np.int32)), {}, TypeError, "same_kind"),
+        ((k, v.astype(np.complex128), o), {}, TypeError, "cannot be accumulated"),
+        ((k[:3], v, o), {}, ValueError, "equally long"),
+        ((k.reshape(2, 2), v.reshape(2, 2), o), {}, ValueError, "1-D"),
+        ((k, v, o), {"algorithm": "nope"}, ValueError, "unknown reduce_by_key algorithm"),
+    ]
+    for args, kw, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            BK.reduce_by_key_into(*(dev(a) for a in args), **kw)
+    with pytest.raises(TypeError, match="bit_or is not defined for dtype float64"):
+        BK.reduce_by_key_into(dev(k), dev(v), dev(o), cufold.bit_or)
+    with pytest.raises(TypeError, match="host"):
+        BK.reduce_by_key_into(k, dev(v), dev(o))
+
+
+def test_automatic_choice():
+    f64, i32 = np.dtype(np.float64), np.dtype(np.int32)
+
+    def auto(op, out=f64, deterministic=False):
+        return BK.plan(op, i32, out, out, 100, 1000, 0, None, deterministic, True).spec.algorithm
+
+    assert auto(cufold.plus) == BK.AUTO == "block"
+    assert auto(cufold.maximum) == auto(cufold.multiplies) == "block"       # identities
+    assert auto(cufold.as_op(lambda a, b: a + b)) == "sorted"                 # not commutative
+    assert auto(cufold.plus, deterministic=True) == "sorted"
+    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "block"  # exact anyway
+    assert BK.plan(cufold.maximum, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "cas"
+    assert BK.plan(cufold.plus, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "hw"
+
+
+def test_exported():
+    if not hasattr(cufold, "reduce_by_key_into"):
+        pytest.skip("cufold.reduce_by_key_into not exported yet")
+    assert cufold.reduce_by_key_into is BK.reduce_by_key_into
+    assert tuple(cufold.algorithms("reduce_by_key")) == ALGORITHMS
+
+
+# --- GPU: sizes that matter --------------------------------------------------------------------------
+
+@gpu_only
+@pytest.mark.parametrize("order", ORDERS)
+def test_seed_box_full_size(order):
+    keys, values, m = box(order, 100, 10)
+    ref = np.bincount(keys, weights=values, minlength=m)
+    dk, dv = dev(keys.astype(np.int32)), dev(values)
+    for alg in ALGORITHMS + (None,):
+        out = dev(np.zeros(m))
+        BK.reduce_by_key_into(dk, dv, out, algorithm=alg)
+        np.testing.assert_array_equal(out.copy_to_host(), ref, err_msg=str(alg))
+    out = dev(np.full(m, -np.inf))
+    BK.reduce_by_key_into(dk, dv, out, cufold.maximum)
+    want = np.full(m, -np.inf)
+    np.maximum.at(want, keys, values)
+    np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
+@gpu_only
+def test_one_hot_key_and_long_runs():
+    """Every element on one key (all contention on one word; one run over every tile)."""
+    n = (1 << 22) + 5
+    values = BB.box_values(n)
+    for alg in ALGORITHMS:
+        for op, want in ((cufold.plus, values.sum()), (cufold.maximum, values.max()),
+                         (cufold.multiplies, None)):
+            vals = values if op is not cufold.multiplies else 1 + values[:1 << 18] / 2**20
+            n = vals.size
+            out = dev(np.array([0.0 if op is cufold.plus else (-np.inf if op is cufold.maximum else 1.0)]))
+            BK.reduce_by_key_into(dev(np.zeros(n, np.int32)), dev(vals), out, op, algorithm=alg)
+            ref = want if want is not None else np.prod(vals)
+            np.testing.assert_allclose(out.copy_to_host()[0], ref, rtol=1e-8, err_msg="%s %s" % (alg, op.name))
+
+
+@gpu_only
+def test_keys_beyond_int32():
+    m = 2**31 + 40
+    out = cuda.device_array(m, np.int32)
+    out[m - 64:] = np.zeros(64, np.int32)
+    keys = np.array([m - 1, m - 2, m - 1, 3, m, 2**31], np.int64)
+    for alg in ALGORITHMS:
+        out[m - 64:] = np.zeros(64, np.int32)
+        BK.reduce_by_key_into(dev(keys[:4]), dev(np.ones(4, np.int32)), out, algorithm=alg)
+        tail = out[m - 64:].copy_to_host()
+        assert tail[-1] == 2 and tail[-2] == 1, alg
+        with pytest.raises(IndexError, match="key %d at position 4" % m):
+            BK.reduce_by_key_into(dev(keys), dev(np.ones(6, np.int32)), out, algorithm=alg)
+    del out
+
+
+# --- the benchmark (no GPU needed) ------------------------------------------------------------------
+
+def test_box_keys():
+    side, per = 5, 4
+    ordered = BB.box_keys(side, per, "ordered")
+    assert ordered.size == side ** 3 * per and np.all(np.diff(ordered) >= 0)
+    assert abs(BB.equal_neighbours(ordered) - (per - 1) / per) < 0.01
+    rnd = BB.box_keys(side, per, "random")
+    np.testing.assert_array_equal(np.sort(rnd), ordered)
+    sh = BB.box_keys(side, per, "shifted")
+    for a, b in ((ordered, sh),):
+        d = [((b // side ** k) % side - (a // side ** k) % side) % side for k in range(3)]
+        assert all(np.isin(x, (0, 1)).all() for x in d)
+        assert all(0.4 < np.mean(x) < 0.6 for x in d)
+    assert 0.05 < BB.equal_neighbours(BB.box_keys(20, 10, "shifted")) < 0.2
+    with pytest.raises(ValueError):
+        BB.box_keys(2, 2, "sideways")
+    v = BB.box_values(1000)
+    assert np.all(v * 256 == np.round(v * 256)) and np.abs(v).max() <= 1
+
+
+def test_bench_dry_run_and_no_gpu():
+    import io
+    from cufold import bench
+    out = io.StringIO()
+    assert bench.main(["bykey", "--dry-run", "--side", "4"], stdout=out, stderr=io.StringIO()) == 0
+    text = out.getvalue()
+    for s in ("cufold.reduce_by_key_into", "cufold[block]", "torch.index_add_", "cupyx.scatter_add",
+              "torch.segment_reduce", "ordered keys: cufold.reduce_by_key_into vs best peer (>= 2)"):
+        assert s in text, s
+    assert bench.main(["bykey", "--orders", "nope"], stdout=io.StringIO(), stderr=io.StringIO()) == 2
+    if SIMULATOR:
+        err = io.StringIO()
+        assert bench.main(["bykey", "--side", "3"], stdout=io.StringIO(), stderr=err) == 2
+        assert "simulator" in err.getvalue()
+
+
+class _HostBackend:
+    """The bench's backend on simulator arrays, timed by the wall clock."""
+
+    name = "numba"
+    cufold_input = "numba"
+
+    def __init__(self):
+        from cufold.bench.timing import WallClock
+        self.clock = WallClock()
+
+    def upload(self, h):
+        return dev(h)
+
+    def view(self, a, kind):
+        return a
+
+    def fetch(self, a):
+        return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+    def sync(self):
+        pass
+
+    def release(self):
+        pass
+
+    def device_info(self):
+        return {"name": "simulated", "cc": "0.0", "l2_bytes": 1 << 20}
+
+
+def test_bench_end_to_end(tmp_path):
+    from cufold.bench import backends, report
+    from cufold.bench.timing import Settings
+    env = backends.Env()
+    env.modules["cufold"] = cufold
+    settings = Settings(target_s=1e-4, min_reps=1, max_reps=2, warmup=0, est_reps=1, max_case_s=5)
+
+    def host_peer(ctx):
+        out = np.zeros(ctx.m)
+        return BB.Prepared(lambda: np.add.at(out, ctx.keys, ctx.values), lambda: out, "numpy")
+
+    def wrong_peer(ctx):
+        out = np.ones(ctx.m)
+        return BB.Prepared(lambda: None, lambda: out, "")
+
+    cands = [c for c in BB.candidates(("warp",)) if c.label in (BB.AUTO, "cufold[warp]")]
+    cands += [BB.Cand("numpy.add.at", "numpy", "peer", host_peer),
+              BB.Cand("broken", "numpy", "peer", wrong_peer)]
+    res = BB.run(env, _HostBackend(), ["random", "ordered"], 2, 2, "int32", settings, progress=False,
+                 cands=cands)
+    by = {(r["case"], r["label"]): r for r in res["records"]}
+    assert by[("random", BB.AUTO)]["status"] == "ok" and by[("random", BB.AUTO)]["gpu_us"] > 0
+    assert by[("ordered", "cufold[warp]")]["status"] == "ok"
+    assert by[("random", "broken")]["status"] == "mismatch"
+    text = BB.format_results(res)
+    assert "== random keys" in text and "best peer: numpy.add.at" in text and "targets (bykey):" in text
+    evals = BB.evaluate(res)
+    assert [e["status"] in ("PASS", "MISS") for e in evals] == [True, True]
+    path = report.write_json(res, str(tmp_path / "results.json"))
+    assert report.load_json(path)["meta"]["box"]["n"] == 16

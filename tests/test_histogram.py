@@ -1,0 +1,262 @@
+"""histogram and bincount against NumPy: every algorithm (shared-memory bins,
+global atomics, each with and without warp aggregation), inputs of every
+integer width and float dtype, skewed data, values on the edges, NaN and
+out-of-range values, weights, edge arrays, empty inputs and NumPy's errors.
+
+Simulator: blocks of 64 threads x 2 items, a few hundred items (the grid-stride
+loop and the merge of several blocks' bins still run). GPU: the library's
+tiles and up to 2^22 items. Outputs are poisoned when allocated.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from conftest import SIMULATOR, gpu_only
+
+from cufold.device import _arrays
+from cufold.device import histogram as H
+
+ALGS = H.ALGORITHMS
+INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
+N = 300 if SIMULATOR else 1_000_003
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    real = _arrays.empty
+
+    def empty(like, shape, dtype, stream=None):
+        obj, arr = real(like, shape, dtype, stream)
+        dt = np.dtype(dtype)
+        if arr.size and hasattr(obj, "copy_to_device"):
+            if dt.kind == "f":
+                bad = dt.type(-777)
+            elif dt.kind == "b":
+                bad = True
+            else:
+                bad = dt.type(np.iinfo(dt).max // 3)
+            obj.copy_to_device(np.full(arr.shape, bad, dt))
+        return obj, arr
+
+    monkeypatch.setattr(_arrays, "empty", empty)
+
+
+def dev(h):
+    return cuda.to_device(np.ascontiguousarray(h))
+
+
+def host(r):
+    if isinstance(r, tuple):
+        return tuple(host(v) for v in r)
+    return r.copy_to_host()
+
+
+def skewed(rng, n, top):
+    """Mostly one hot value, the rest spread: warps hold many equal bins."""
+    x = rng.integers(0, top, n)
+    x[rng.random(n) < 0.8] = top // 3
+    return x
+
+
+# --- bincount ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", (None,) + ALGS)
+@pytest.mark.parametrize("dtype", INT_DTYPES + (np.bool_,), ids=lambda d: np.dtype(d).name)
+def test_bincount_widths(dtype, algorithm, rng):
+    if SIMULATOR and algorithm is not None and dtype not in (np.int8, np.uint64, np.bool_):
+        pytest.skip("simulator: every algorithm on a few widths")
+    dt = np.dtype(dtype)
+    x = rng.integers(0, 2 if dt.kind == "b" else 60, N).astype(dt)
+    r = host(H.bincount(dev(x), algorithm=algorithm))
+    assert r.dtype == np.int64
+    assert np.array_equal(r, np.bincount(x.astype(np.int64)))
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_bincount_skewed_and_minlength(algorithm, rng):
+    x = skewed(rng, N, 50).astype(np.int32)
+    for minlength in (0, 10, 77):
+        r = host(H.bincount(dev(x), minlength=minlength, algorithm=algorithm))
+        assert np.array_equal(r, np.bincount(x, minlength=minlength)), minlength
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("wdt", (np.float64, np.float32, np.int16))
+def test_bincount_weights(wdt, algorithm, rng):
+    if SIMULATOR and wdt is not np.float64 and algorithm != "shared_match":
+        pytest.skip("simulator: weight dtypes with one algorithm")
+    x = skewed(rng, N, 40).astype(np.uint16)
+    w = (rng.standard_normal(N) * 10).astype(wdt)
+    r = host(H.bincount(dev(x), weights=dev(w), algorithm=algorithm))
+    ref = np.bincount(x, weights=w)
+    assert r.dtype == np.float64 and r.shape == ref.shape
+    assert np.allclose(r, ref, rtol=1e-12, atol=1e-9)
+
+
+def test_bincount_many_bins_global(rng):
+    top = 20_000 if SIMULATOR else 3_000_000
+    x = rng.integers(0, top, N).astype(np.int64)
+    x[0] = top - 1
+    for alg in (None, "global", "global_match"):
+        assert np.array_equal(host(H.bincount(dev(x), algorithm=alg)), np.bincount(x))
+    with pytest.raises(ValueError, match="shared memory"):
+        H.bincount(dev(x), algorithm="shared_match")
+
+
+def test_bincount_empty_and_errors(rng):
+    r = host(H.bincount(dev(np.zeros(0, np.int32)), minlength=5))
+    assert np.array_equal(r, np.zeros(5, np.int64))
+    assert host(H.bincount(dev(np.zeros(0, np.uint8)))).shape == (0,)
+    with pytest.raises(ValueError, match="negative"):
+        H.bincount(dev(np.array([1, 2, -1, 3], np.int16)))
+    with pytest.raises(TypeError, match="integers"):
+        H.bincount(dev(np.ones(3, np.float32)))
+    with pytest.raises(ValueError, match="minlength"):
+        H.bincount(dev(np.ones(3, np.int32)), minlength=-1)
+    with pytest.raises(ValueError, match="equally long"):
+        H.bincount(dev(np.ones(3, np.int32)), weights=dev(np.ones(4)))
+    with pytest.raises(ValueError, match="unknown histogram algorithm"):
+        H.bincount(dev(np.ones(3, np.int32)), algorithm="sort")
+    with pytest.raises(TypeError, match="host"):
+        H.bincount(np.ones(3, np.int32))
+
+
+# --- histogram: equal-width bins ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", (None,) + ALGS)
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.float16, np.int32, np.uint8),
+                         ids=lambda d: np.dtype(d).name)
+def test_histogram_uniform(dtype, algorithm, rng):
+    if SIMULATOR and algorithm is not None and dtype is not np.float32:
+        pytest.skip("simulator: every algorithm on float32")
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        x = (rng.standard_normal(N) * 2).astype(dt)
+        rng_ = (-2.5, 3.0)
+    else:
+        x = rng.integers(0, 120, N).astype(dt)
+        rng_ = (10, 100)
+    for bins, range_ in ((17, rng_), (9, None)):
+        c, e = host(H.histogram(dev(x), bins, range=range_, algorithm=algorithm))
+        rc, re = np.histogram(x, bins, range=range_)
+        assert e.dtype == re.dtype and np.array_equal(e, re), (bins, range_)
+        assert c.dtype == np.int64 and np.array_equal(c, rc), (bins, range_)
+
+
+def test_histogram_values_on_edges(rng):
+    """Values exactly on the edges (and one ulp around them): NumPy's bin each time;
+    the last edge is in the last bin; outside the range and NaN are skipped."""
+    for dt in (np.float32, np.float64):
+        _, edges = np.histogram(np.zeros(0, dt), 10, range=(-1.0, 0.7))
+        x = np.concatenate([edges, np.nextafter(edges, np.inf, dtype=dt),
+                            np.nextafter(edges, -np.inf, dtype=dt), [np.nan, -5, 5, np.inf, -np.inf]])
+        x = np.tile(x.astype(dt), 4)
+        c, e = host(H.histogram(dev(x), 10, range=(-1.0, 0.7)))
+        rc, re = np.histogram(x, 10, range=(-1.0, 0.7))
+        assert np.array_equal(e, re) and np.array_equal(c, rc), dt
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_histogram_skewed_nan(algorithm, rng):
+    x = (rng.standard_normal(N) * 0.05).astype(np.float32)     # concentrated: hot bins
+    x[rng.random(N) < 0.05] = np.nan
+    c, e = host(H.histogram(dev(x), 64, range=(-1, 1), algorithm=algorithm))
+    rc, re = np.histogram(x, 64, range=(-1, 1))
+    assert np.array_equal(c, rc) and np.array_equal(e, re)
+
+
+def test_histogram_range_from_data(rng):
+    x = rng.integers(-50, 50, N).astype(np.int64)
+    c, e = host(H.histogram(dev(x), 7))
+    rc, re = np.histogram(x, 7)
+    assert np.array_equal(c, rc) and np.array_equal(e, re) and e.dtype == np.float64
+    const = np.full(40, 3.25, np.float32)                      # min == max: +-0.5
+    c, e = host(H.histogram(dev(const), 4))
+    rc, re = np.histogram(const, 4)
+    assert np.array_equal(c, rc) and np.array_equal(e, re)
+    bad = np.array([1.0, np.nan, 2.0], np.float32)
+    with pytest.raises(ValueError, match="not finite"):
+        H.histogram(dev(bad), 4)
+    c, e = host(H.histogram(dev(bad), 4, range=(0, 4)))           # NaN skipped with a range
+    assert np.array_equal(c, np.histogram(bad, 4, range=(0, 4))[0])
+
+
+def test_histogram_many_bins(rng):
+    x = rng.random(N).astype(np.float32)
+    bins = 9000 if SIMULATOR else 65536
+    for alg in (None, "global"):
+        c, e = host(H.histogram(dev(x), bins, range=(0, 1), algorithm=alg))
+        rc, re = np.histogram(x, bins, range=(0, 1))
+        assert np.array_equal(c, rc) and np.array_equal(e, re)
+
+
+def test_histogram_repeated_range_uses_cached_edges(rng):
+    x = rng.random(N)
+    for _ in range(2):
+        c, e = host(H.histogram(dev(x), 12, range=(0.25, 0.75)))
+        rc, re = np.histogram(x, 12, range=(0.25, 0.75))
+        assert np.array_equal(c, rc) and np.array_equal(e, re)
+
+
+# --- histogram: edge arrays, weights, empty, errors ------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", (None, "global_match", "shared"))
+def test_histogram_edge_array(algorithm, rng):
+    x = (rng.standard_normal(N) * 3).astype(np.float32)
+    edges = np.array([-4.0, -1.5, -1.5, 0.0, 0.1, 2.0, 7.0])
+    x[:len(edges)] = edges                                       # values on the edges
+    for given in (edges, list(edges), dev(edges), edges.astype(np.int64)):
+        c, e = host(H.histogram(dev(x), given, algorithm=algorithm))
+        ref_edges = np.asarray(given.copy_to_host() if hasattr(given, "copy_to_host") else given)
+        rc, re = np.histogram(x, ref_edges)
+        assert np.array_equal(c, rc) and np.array_equal(e, re) and e.dtype == re.dtype
+    with pytest.raises(ValueError, match="monoton"):
+        H.histogram(dev(x), np.array([0.0, 2.0, 1.0]))
+
+
+@pytest.mark.parametrize("wdt", (np.float64, np.float32, np.int32))
+def test_histogram_weights(wdt, rng):
+    x = rng.standard_normal(N)
+    w = (rng.random(N) * 5).astype(wdt)
+    c, e = host(H.histogram(dev(x), 11, range=(-2, 2), weights=dev(w)))
+    rc, re = np.histogram(x, 11, range=(-2, 2), weights=w)
+    assert c.dtype == rc.dtype and np.array_equal(e, re)
+    assert np.allclose(c, rc, rtol=1e-6 if wdt is np.float32 else 1e-12)
+    c, _ = host(H.histogram(dev(x), np.array([-1.0, 0.0, 0.5, 3.0]), weights=dev(w)))
+    rc, _ = np.histogram(x, np.array([-1.0, 0.0, 0.5, 3.0]), weights=w)
+    assert np.allclose(c, rc, rtol=1e-5)
+
+
+def test_histogram_empty_and_errors():
+    c, e = host(H.histogram(dev(np.zeros(0, np.float32)), 5))
+    rc, re = np.histogram(np.zeros(0, np.float32), 5)
+    assert np.array_equal(c, rc) and np.array_equal(e, re)
+    x = dev(np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="estimators"):
+        H.histogram(x, "auto")
+    with pytest.raises(ValueError, match="positive"):
+        H.histogram(x, 0, range=(0, 1))
+    with pytest.raises(ValueError, match="larger than min"):
+        H.histogram(x, 3, range=(1, 0))
+    with pytest.raises(TypeError, match="integers or floats"):
+        H.histogram(dev(np.ones(4, np.bool_)), 3)
+    with pytest.raises(ValueError, match="1-D"):
+        H.histogram(dev(np.ones((2, 2), np.float32)), 3)
+
+
+# --- GPU: sizes of real use ------------------------------------------------------------------------------
+
+@gpu_only
+@pytest.mark.parametrize("algorithm", (None,) + ALGS)
+@pytest.mark.parametrize("bins", (64, 1024, 8192, 65536))
+def test_gpu_large(bins, algorithm, rng):
+    if algorithm is not None and algorithm.startswith("shared") and bins > 8192:
+        pytest.skip("does not fit shared memory")
+    n = 1 << 22
+    for x in (rng.random(n).astype(np.float32), (rng.standard_normal(n) * 0.01 + 0.5).astype(np.float32)):
+        c, e = host(H.histogram(dev(x), bins, range=(0, 1), algorithm=algorithm))
+        rc, re = np.histogram(x, bins, range=(0, 1))
+        assert np.array_equal(c, rc) and np.array_equal(e, re)
+        k = (x * bins).astype(np.int32).clip(0, bins - 1)
+        assert np.array_equal(host(H.bincount(dev(k), algorithm=algorithm)), np.bincount(k))

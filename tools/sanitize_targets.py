@@ -1,0 +1,44 @@
+"""Every device algorithm once, for compute-sanitizer (memcheck, racecheck, synccheck).
+
+    compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_targets.py
+Small inputs spanning several tiles and blocks; results are checked too.
+"""
+import sys
+
+import numpy as np
+from numba import cuda
+
+import cufold
+
+rng = np.random.default_rng(0)
+failures = 0
+
+
+def check(name, got, want, exact=True):
+    global failures
+    ok = np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-4, atol=1e-3)
+    failures += not ok
+    print("%-40s %s" % (name, "ok" if ok else "WRONG"), flush=True)
+
+
+n = 100_003
+x = rng.integers(-100, 100, n).astype(np.int32)
+xf = rng.normal(size=n).astype(np.float32)
+d, df = cuda.to_device(x), cuda.to_device(xf)
+for alg in cufold.algorithms("reduce"):
+    check("reduce %s int32 sum" % alg, cufold.sum(d, algorithm=alg).copy_to_host(), x.sum())
+    check("reduce %s float32 max" % alg, cufold.max(df, algorithm=alg).copy_to_host(), xf.max())
+    if not alg.startswith("atomic"):
+        check("reduce %s argmax" % alg, cufold.argmax(df, algorithm=alg).copy_to_host(), xf.argmax())
+for alg in cufold.algorithms("scan"):
+    check("scan %s int32 inclusive" % alg, cufold.inclusive_scan(d, algorithm=alg).copy_to_host(), np.cumsum(x, dtype=np.int32))
+    check("scan %s float32 exclusive" % alg,
+          cufold.exclusive_scan(df, algorithm=alg).copy_to_host(),
+          np.concatenate([[0], np.cumsum(xf.astype(np.float64))[:-1]]), exact=False)
+m2 = rng.integers(-9, 9, (301, 257)).astype(np.int32)
+dm = cuda.to_device(m2)
+check("axis rows", cufold.sum(dm, axis=1).copy_to_host(), m2.sum(axis=1))
+check("axis columns", cufold.sum(dm, axis=0).copy_to_host(), m2.sum(axis=0))
+cuda.synchronize()
+print("FAILURES: %d" % failures)
+sys.exit(1 if failures else 0)
