@@ -4,7 +4,7 @@ operators, init/out/stream, errors, array libraries, determinism.
 
 Runs in the simulator (tiles of 64 threads x 2 items, at most 4 resident
 blocks, so the sizes below cross tile, block and grid-stride boundaries) and
-on a GPU (tiles of 256 x 16 for 4-byte inputs, 256 x 8 for 8-byte ones, and
+on a GPU (tiles of 4096 elements for 4-byte inputs, 2048 for 8-byte ones, and
 inputs up to 2**24 + 3).
 """
 

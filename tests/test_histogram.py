@@ -8,6 +8,8 @@ loop and the merge of several blocks' bins still run). GPU: the library's
 tiles and up to 2^22 items. Outputs are poisoned when allocated.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -15,7 +17,8 @@ from numba import cuda
 from conftest import SIMULATOR, gpu_only
 
 from cufold.device import _arrays
-from cufold.device import histogram as H
+# The module (once exported, cufold.device.histogram may be a function of the same name).
+H = importlib.import_module("cufold.device.histogram")
 
 ALGS = H.ALGORITHMS
 INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)

@@ -9,6 +9,8 @@ on a GPU the same tests use the library's tiles and larger inputs. Outputs are
 poisoned when allocated, so an element left unwritten fails the comparison.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -17,7 +19,8 @@ from conftest import SIMULATOR, gpu_only
 
 import cufold
 from cufold.device import _arrays
-from cufold.device import segmented as seg
+# The module (once exported, cufold.device.segmented may be a function of the same name).
+seg = importlib.import_module("cufold.device.segmented")
 from cufold.values import ValueType
 
 INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
@@ -271,6 +274,15 @@ def test_offsets_subrange(rng, small_tiles):
     v = rng.integers(-5, 5, int(off[-1]) + 23).astype(np.int64)
     r = host(seg.segmented_reduce(dev(v), dev(off)))
     assert np.array_equal(r, ref_reduceat(np.add, v, off, 0))
+
+
+def test_strided_values(rng, small_tiles):
+    """A non-contiguous values view (every other element) and strided offsets."""
+    off = make_offsets(rng, count=6)
+    v = rng.integers(-9, 10, 2 * int(off[-1])).astype(np.int64)
+    o2 = np.repeat(off, 2)
+    r = host(seg.segmented_reduce(dev(v)[::2], dev(o2)[::2]))
+    assert np.array_equal(r, ref_reduceat(np.add, v[::2].copy(), off, 0))
 
 
 def test_repeated_calls_reuse_state(rng, small_tiles):

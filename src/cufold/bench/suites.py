@@ -528,13 +528,17 @@ class Suite:
     doc: str
 
 
+from . import hist as _hist  # noqa: E402  (the hist and segmented suites live in bench/hist.py)
+
 SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
                     "sum (f32/f64/i32), argmax f32, mean+var f32, cufold reduce algorithms on sum f32"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), cufold scan algorithms, device copy as ceiling"),
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
-    "hist": Suite("hist", (), None, [], "histogram: not implemented yet"),
+    "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC),
+    "segmented": Suite("segmented", ("float32",), _hist.segmented_cases, _hist.SEGMENTED_TARGETS,
+                       _hist.SEGMENTED_DOC),
 }
 
 CASE_ALIASES = {"var": "mean_var", "mean": "mean_var", "meanvar": "mean_var", "algorithms": "alg",

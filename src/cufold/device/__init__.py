@@ -7,6 +7,8 @@ library (a tuple of them for tuple values), computed on the input library's
 current stream (or ``stream=``), without synchronising the host.
 """
 
+import warnings
+
 import numpy as np
 
 from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
@@ -101,8 +103,14 @@ def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=N
         op = prep.op
         n = like.size
         handle = _arrays.stream_handle(like, stream)
-        outs, objs = _outputs(like, prep.out_vt, out, stream)
-        if n == 0:
+        outs, objs = _outputs(like, prep.out_vt, out, None if stream is None else handle)
+        if n == 0 and lift == "welford":
+            # NumPy: the mean (and variance) of nothing is NaN, with a warning.
+            warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=3)
+            nan = tuple(np.nan for _ in prep.out_vt.fields)
+            _reduce_mod.launch(_reduce_mod.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
+                               (outs, prep.out_vt.make(nan if prep.out_vt.is_tuple else nan[0])))
+        elif n == 0:
             value = init if init is not None else op.identity_for(prep.acc_vt)
             if needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
@@ -195,7 +203,7 @@ def _dtype_of(x):
 
 
 def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
-    dt = _dtype_of(x)
+    dt = _types.accumulate(_dtype_of(x))  # float16 values compare as float32, exactly
     return _reduce(x, op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    lift="index", project="index",
                    acc=(dt, np.int64), result=np.int64, name=name, needs_items=True)
@@ -220,9 +228,10 @@ def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=No
 def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
     dt = _dtype_of(x)
+    acc = _types.accumulate(dt)
     return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    lift="pair",
-                   acc=(dt, dt), result=(dt, dt), name="minmax", needs_items=True)
+                   acc=(acc, acc), result=(dt, dt), name="minmax", needs_items=True)
 
 
 # argmin, argmax and minmax are operators (cufold.argmax(a, b) combines two

@@ -158,11 +158,11 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
     m_count = int(np.prod([shape[d] for d in keep], dtype=np.int64))
     k_count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
     out_vt = prep.out_vt
-    objs, outs = _result_arrays(like, out_vt, out_shape, m_count, out, stream)
+    handle = _arrays.stream_handle(like, stream)
+    objs, outs = _result_arrays(like, out_vt, out_shape, m_count, out, None if stream is None else handle)
     result = tuple(objs) if out_vt.is_tuple else objs[0]
     if m_count == 0:
         return result
-    handle = _arrays.stream_handle(like, stream)
     if k_count == 0:
         value = init if init is not None else prep.op.identity_for(prep.acc_vt)
         if needs_items or value is None:

@@ -52,9 +52,11 @@ compare-and-swap loop on the output word (a float's bits): load, combine, and
 ``cuda.atomic.cas``, retried when another thread changed the word in between; when
 the operator leaves the word unchanged (a value below the current maximum) there is
 no CAS at all. Without contention that is a load plus a CAS, about twice a hardware
-atomic (float min/max have no hardware atomic on any GPU, so this is what CUDA's own
-does); under contention on one key the retries serialise (each retry a round trip to
-L2), which warp and block aggregation keep to one loop per key per warp or per block.
+atomic (Numba's own ``cuda.atomic.max`` on floats is such a loop too). Under
+contention it degrades: with ``k`` threads on one word each success costs up to ``k``
+attempts, so ``algorithm='atomic'`` on a single hot key is quadratic in the resident
+threads; ``warp`` (one contender per warp), ``block`` (one per block and flush) and
+``sorted`` (one per run) bound the contenders.
 
 NaN: ``minimum``/``maximum`` propagate NaN as ``np.minimum.at``/``np.maximum.at``: a
 NaN value makes ``out[key]`` NaN, and a NaN already in ``out`` stays. (Numba's
@@ -62,7 +64,8 @@ NaN value makes ``out[key]`` NaN, and a NaN already in ``out`` stays. (Numba's
 
 Keys outside ``[0, len(out))`` are never written. They are detected on the device
 (one compare per element): with ``check=True`` (default) the call synchronises the
-stream and raises ``IndexError`` naming the first bad position and its key; with
+stream and raises ``IndexError`` naming the first bad position and its key (the
+call's valid keys have been applied by then); with
 ``check=False`` there is no synchronisation and bad keys are skipped silently (so a
 negative key can serve as "drop this element").
 
@@ -87,7 +90,7 @@ from .reduce import launch
 __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "plan", "tile_for"]
 
 ALGORITHMS = ("atomic", "warp", "block", "sorted")
-#: What ``algorithm=None`` runs for operators with a hardware atomic (see the module doc).
+#: What ``algorithm=None`` runs for commutative operators with an identity (see the module doc).
 AUTO = "block"
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -139,7 +142,7 @@ def _smem_bytes(spec):
     if spec.algorithm != "block":
         return 0
     key_bytes = 8 if spec.wide else 4
-    return spec.tile.slots * (key_bytes + spec.out_dt.itemsize + 4) + 16
+    return spec.tile.slots * (key_bytes + spec.out_dt.itemsize) + 16
 
 
 @functools.lru_cache(maxsize=None)
@@ -271,15 +274,15 @@ def _slot(spec):
     table_update = update
 
     @cuda.jit(device=True)
-    def insert(out, bits, idx, v, tkeys, tvals, used, count):
+    def insert(out, bits, idx, v, tkeys, tvals, count):
         s = (idx ^ (idx >> log2)) & mask
         done = False
         for _ in range(probes):
             cur = tkeys[s]
             if cur == empty:
                 cur = cuda.atomic.cas(tkeys, s, empty, idx)
-                if cur == empty:    # claimed: remember the slot for the flush
-                    used[cuda.atomic.add(count, 0, 1)] = s
+                if cur == empty:    # claimed: count it (the flush decision)
+                    cuda.atomic.add(count, 0, 1)
                     cur = idx
             if cur == idx:
                 table_update(tvals, tvals, s, v)
@@ -290,7 +293,7 @@ def _slot(spec):
             update(out, bits, idx, v)
 
     @cuda.jit(device=True)
-    def block_slot(out, bits, idx, v, ok, tkeys, tvals, used, count):
+    def block_slot(out, bits, idx, v, ok, tkeys, tvals, count):
         p = find_peers(idx)
         lane = cuda.laneid
         if cuda.all_sync(FULL_MASK, p == (1 << lane)):
@@ -299,7 +302,7 @@ def _slot(spec):
         else:
             s = group_total(p, v)
             if ok and cuda.ffs(p) - 1 == lane:
-                insert(out, bits, idx, s, tkeys, tvals, used, count)
+                insert(out, bits, idx, s, tkeys, tvals, count)
 
     return block_slot
 
@@ -311,7 +314,7 @@ def _tile_body(spec):
     before the first element is processed (generated, unrolled code)."""
     vt = spec.tile.vt
     table = spec.algorithm == "block"
-    extra = ", tkeys, tvals, used, count" if table else ""
+    extra = ", tkeys, tvals, count" if table else ""
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first%s):" % extra]
     for j in range(vt):
         lines.append("    k%d, v%d, ok%d, bad%d = load(keys, values, n, m, first + %d)" % (j, j, j, j, 32 * j))
@@ -365,7 +368,6 @@ def scatter_kernel(spec):
     def scatter_block(keys, values, out, bits, n, m, status, epoch):
         tkeys = cuda.shared.array(slots, kt)
         tvals = cuda.shared.array(slots, ttype)
-        used = cuda.shared.array(slots, np.int32)
         count = cuda.shared.array(1, np.int32)
         tid = cuda.threadIdx.x
         for s in range(tid, slots, nt):
@@ -380,17 +382,16 @@ def scatter_kernel(spec):
         t1 = min(tiles, t0 + per)
         offset = (tid // 32) * span + cuda.laneid
         for t in range(t0, t1):
-            body(keys, values, out, bits, n, m, status, epoch, t * tile + offset,
-                 tkeys, tvals, used, count)
+            body(keys, values, out, bits, n, m, status, epoch, t * tile + offset, tkeys, tvals, count)
             # A barrier for the tile's inserts, and one block-wide decision: flush when
             # the table is half full, and after the block's last tile.
             if cuda.syncthreads_or(1 if (count[0] > flush_at or t == t1 - 1) else 0):
-                c = count[0]
-                for j in range(tid, c, nt):
-                    s = used[j]
-                    update(out, bits, tkeys[s], value_of(tvals[s]))
-                    tkeys[s] = empty
-                    tvals[s] = identity
+                for s in range(tid, slots, nt):
+                    k = tkeys[s]
+                    if k != empty:
+                        update(out, bits, k, value_of(tvals[s]))
+                        tkeys[s] = empty
+                        tvals[s] = identity
                 cuda.syncthreads()
                 if tid == 0:
                     count[0] = 0
@@ -601,6 +602,10 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
     wide = m > np.iinfo(np.int32).max
     spec = Spec(algorithm, op, key_dt, val_dt, out_dt, wide or algorithm == "sorted", mode,
                 tile_for(algorithm), bool(deterministic and check))
+    if _smem_bytes(spec) > 48 << 10:
+        raise ValueError("cufold: a %d-slot shared table of %s needs %d bytes of shared memory, more "
+                         "than the 48 KiB a kernel may declare (CUFOLD_BYKEY_TILE)"
+                         % (spec.tile.slots, out_dt, _smem_bytes(spec)))
     nt, vt, _ = spec.tile
     tiles = -(-n // (nt * vt))
     if algorithm == "sorted":

@@ -48,6 +48,9 @@ from ..ops import as_op
 from ..values import ValueType
 from . import _arrays, _launch, _types
 
+#: The last block folds at most this many partials per thread (bounds the grid).
+PARTIALS_PER_THREAD = 8
+
 ALGORITHMS = ("single_pass", "two_pass", "tiles", "single_block", "atomic_warp", "atomic_block")
 _ATOMIC_DTYPES = {np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64)}
 
@@ -66,8 +69,9 @@ def tile_for(in_vt, acc_vt):
         return Tile(nt, vt)
     if config.ENABLE_CUDASIM:
         return Tile(64, 2)
+    # 128 x 32 measured best for 4-byte inputs on an H200 (sum and argmax at 2^28).
     size = max(in_vt.itemsize, 1)
-    return Tile(256, 16 if size <= 4 else (8 if size <= 8 else 4))
+    return Tile(128, 32 if size <= 4 else (16 if size <= 8 else 8))
 
 
 @functools.lru_cache(maxsize=None)
@@ -214,17 +218,16 @@ def _fold_tile(spec):
 
 @functools.lru_cache(maxsize=None)
 def _fold_range(op, vt):
-    """Device function: fold ``arrays[lo:hi]`` sequentially (lo < hi)."""
-    combine, load = op.combine(vt), vt.load
-
-    @cuda.jit(device=True)
-    def fold_range(arrays, lo, hi):
-        acc = load(arrays, lo)
-        for i in range(lo + 1, hi):
-            acc = combine(acc, load(arrays, i))
-        return acc
-
-    return fold_range
+    """Device function: fold ``arrays[lo:hi]`` in order, for ``0 < hi - lo <=
+    PARTIALS_PER_THREAD``. The loads are unrolled and issued together (the
+    last block's fold of the partials is pure latency otherwise)."""
+    k = PARTIALS_PER_THREAD
+    lines = ["def fold_range(arrays, lo, hi):", "    last = hi - 1"]
+    lines += ["    x%d = load(arrays, min(lo + %d, last))" % (i, i) for i in range(k)]
+    lines += ["    acc = x0"]
+    lines += ["    if lo + %d < hi:\n        acc = combine(acc, x%d)" % (i, i) for i in range(1, k)]
+    lines += ["    return acc"]
+    return _codegen.build("\n".join(lines) + "\n", "fold_range", {"load": vt.load, "combine": op.combine(vt)})
 
 
 @functools.lru_cache(maxsize=None)
@@ -419,7 +422,7 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
     else:
         grid = min(tiles, _resident_blocks(device_id, tile.nt))
         if algorithm in ("single_pass", "two_pass"):
-            grid = min(grid, tile.nt * 8)  # the last block folds <= 8 partials per thread
+            grid = min(grid, tile.nt * PARTIALS_PER_THREAD)
     if ordered and grid > 1:
         per_block = -(-tiles // grid)
         grid = -(-tiles // per_block)  # every block owns at least one tile

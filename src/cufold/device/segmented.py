@@ -67,7 +67,7 @@ from .. import _codegen, block
 from ..ops import as_op, plus
 from ..values import ValueType
 from . import _arrays, _launch, _types
-from .reduce import Tile, kernel_for, launch
+from .reduce import Tile, launch
 
 __all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]
 
