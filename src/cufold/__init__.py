@@ -19,6 +19,7 @@ from . import thread, warp, block  # noqa: E402
 from .device import (  # noqa: E402
     algorithms, reduce, sum, prod, min, max, argmin, argmax, minmax, mean, var, mean_var,
     inclusive_scan, exclusive_scan, cumsum, cumprod, cummax, cummin,
+    segmented_reduce, reduce_by_key, reduce_by_key_into, histogram, bincount,
 )
 
 __version__ = "0.1.0"
@@ -27,6 +28,7 @@ __all__ = [
     "Op", "as_op", "ValueType", "thread", "warp", "block",
     "algorithms", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
     "mean_var", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax", "cummin",
+    "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
     "plus", "multiplies", "minimum", "maximum", "bit_and", "bit_or", "bit_xor",
     "logical_and", "logical_or", "argmin", "argmax", "minmax", "welford",
 ]

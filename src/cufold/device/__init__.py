@@ -19,10 +19,13 @@ from . import axis as _axis
 from . import reduce as _reduce_mod
 from ._dispatch import algorithms
 from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
+from .segmented import reduce_by_key, segmented_reduce
+from .histogram import bincount, histogram
+from .bykey import reduce_by_key_into
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
-           "cummin"]
+           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
 
 
 def _inputs(x):

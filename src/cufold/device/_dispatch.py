@@ -10,15 +10,24 @@ from . import reduce as _reduce
 #: Inputs up to this many tiles go to one block (seed 002's latency path).
 SINGLE_BLOCK_TILES = 1
 
+#: Scans of at least this many elements use reduce-then-scan: on an H200 it
+#: beat the single-pass look-back from 2^22 up (2125 vs 1803 GB/s at 2^28,
+#: int32), while below it its two extra launches cost more than they save
+#: (bench/results/scan-H200-20261121).
+REDUCE_THEN_SCAN_MIN = 1 << 21
+
 
 def algorithms(kind):
-    """The names ``algorithm=`` accepts for ``kind`` ('reduce' or 'scan')."""
-    if kind == "reduce":
-        return _reduce.ALGORITHMS
-    if kind == "scan":
-        from . import scan
-        return scan.ALGORITHMS
-    raise ValueError("cufold: no algorithms of kind %r; kinds are 'reduce', 'scan'" % (kind,))
+    """The names ``algorithm=`` accepts for ``kind``: 'reduce', 'scan',
+    'reduce_by_key' or 'histogram'.
+
+    Example: ``cufold.algorithms("reduce")`` -> ``('single_pass', 'two_pass', ...)``
+    """
+    import importlib
+    modules = {"reduce": "reduce", "scan": "scan", "reduce_by_key": "bykey", "histogram": "histogram"}
+    if kind not in modules:
+        raise ValueError("cufold: no algorithms of kind %r; kinds are %s" % (kind, ", ".join(map(repr, modules))))
+    return importlib.import_module("cufold.device." + modules[kind]).ALGORITHMS
 
 
 def choose_reduce(op, acc_vt, n, device_id):
@@ -27,4 +36,17 @@ def choose_reduce(op, acc_vt, n, device_id):
     tile = _reduce.tile_for(acc_vt, acc_vt)
     if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
         return "single_block"
+    return "single_pass"
+
+
+def choose_scan(op, in_vt, acc_vt, n):
+    """Single block for at most a tile; the single-pass look-back scan (one
+    launch) for mid sizes; reduce-then-scan for large inputs, where it was
+    measured faster."""
+    from . import scan
+    tile = scan.tile_for(in_vt, acc_vt)
+    if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
+        return "single_block"
+    if n >= REDUCE_THEN_SCAN_MIN:
+        return "reduce_then_scan"
     return "single_pass"

@@ -595,12 +595,9 @@ class Plan(collections.namedtuple("Plan", "spec tiles algorithm spine scratch"))
 
 
 def choose(op, in_vt, acc_vt, n):
-    """The default algorithm: one block for inputs of at most
-    ``SINGLE_BLOCK_TILES`` tiles, else the single-pass look-back scan."""
-    tile = tile_for(in_vt, acc_vt)
-    if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
-        return "single_block"
-    return "single_pass"
+    """The default algorithm (the dispatcher's choice, see ``_dispatch.choose_scan``)."""
+    from . import _dispatch
+    return _dispatch.choose_scan(op, in_vt, acc_vt, n)
 
 
 def _check_algorithm(algorithm):
