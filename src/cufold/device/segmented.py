@@ -68,6 +68,7 @@ from ..ops import as_op, plus
 from ..values import ValueType
 from . import _arrays, _launch, _types
 from .reduce import Tile, launch
+from .scan import _fetch, _publish, _storage_vt  # the look-back's tile states, as the scan's
 
 __all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]
 
@@ -132,34 +133,6 @@ def to_host(arr, stream, device_id=None):
         host = nb.copy_to_host(stream=s)
         s.synchronize()
         return host
-
-
-def _storage_vt(vt):
-    """``vt`` with bool fields stored as uint8 (cache-hinted loads take numbers only)."""
-    fields = tuple(np.dtype(np.uint8) if f.kind == "b" else f for f in vt.fields)
-    return ValueType.of(fields if vt.is_tuple else fields[0])
-
-
-@functools.lru_cache(maxsize=None)
-def _publish(vt):
-    """``publish(arrays, i, value)``: store to L2 (``st.global.cg``) as ``_storage_vt(vt)``."""
-    lines = []
-    for i, f in enumerate(vt.fields):
-        v = vt._field("v", i)
-        if f.kind == "b":
-            v = "np.uint8(1 if %s else 0)" % v
-        lines.append("    cuda.stcg(%s, i, %s)" % (vt._field("a", i), v))
-    return _codegen.build("def publish(a, i, v):\n%s\n" % "\n".join(lines), "publish")
-
-
-@functools.lru_cache(maxsize=None)
-def _fetch(vt):
-    """``fetch(arrays, i) -> value``: read from L2 (``ld.global.cg``), never a stale L1 line."""
-    parts = []
-    for i, f in enumerate(vt.fields):
-        load = "cuda.ldcg(%s, i)" % vt._field("a", i)
-        parts.append("(%s != 0)" % load if f.kind == "b" else "T%d(%s)" % (i, load))
-    return _codegen.build("def fetch(a, i):\n    return %s\n" % vt._pack(parts), "fetch", vt._env())
 
 
 # --- offsets --------------------------------------------------------------------------------
