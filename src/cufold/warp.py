@@ -414,7 +414,7 @@ def peers(key_dtype, method="auto"):
     ``method='ballot'`` is seed 001's loop (shfl the key of the first
     unclaimed lane, ballot who matches), which works for any key type, tuples
     included, in as many rounds as there are distinct keys. ``'auto'`` picks
-    ``match`` for scalar keys. Result valid on: every lane.
+    ``match`` for scalar keys on sm_70 and later, ``ballot`` otherwise. Result valid on: every lane.
 
     Example::
 
@@ -427,7 +427,7 @@ def peers(key_dtype, method="auto"):
     if method == "match" and vt.is_tuple:
         raise TypeError("cufold: match_any_sync compares one scalar; use method='ballot' for tuple keys")
     if method == "auto":
-        method = "ballot" if vt.is_tuple else "match"
+        method = "ballot" if vt.is_tuple or not _has_match() else "match"
 
     if method == "match":
         dt = vt.dtype
@@ -462,6 +462,19 @@ def peers(key_dtype, method="auto"):
         return mine
 
     return ballot_peers
+
+
+@functools.lru_cache(maxsize=None)
+def _has_match():
+    """Whether the GPU has ``match.any.sync`` (sm_70+). The simulator has it;
+    without a usable GPU, assume a current one."""
+    from numba import config
+    if config.ENABLE_CUDASIM:
+        return True
+    try:
+        return cuda.get_current_device().compute_capability >= (7, 0)
+    except Exception:  # noqa: BLE001 - no driver here: compile for a modern GPU
+        return True
 
 
 @functools.lru_cache(maxsize=None, typed=True)
