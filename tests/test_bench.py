@@ -510,6 +510,7 @@ def test_runner_end_to_end(tmp_path):
     recs = {(r["case"], r["label"], r["log2n"]): r for r in res["records"]}
     assert len(res["records"]) == 2 * (7 + 3 + 2)
     ok = recs[("sum/float32", "cufold.sum", 10)]
+    assert ok["status"] == "ok", ok.get("traceback") or ok.get("note")
     assert ok["status"] == "ok" and ok["reps"] >= 3 and ok["gpu_us"] > 0 and "call_us" in ok
     assert len(ok["samples_us"]) == ok["reps"]
     assert ok["GBps"] == pytest.approx(ok["bytes"] / ok["gpu_us"] / 1e3)

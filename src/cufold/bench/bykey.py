@@ -47,7 +47,8 @@ import numpy as np
 
 from . import report as R
 from .backends import Skip
-from .timing import Settings, choose_reps, summarize
+from .runner import time_events
+from .timing import Settings
 
 __all__ = ["ORDERS", "TARGETS", "box_keys", "box_values", "candidates", "measure", "format_results",
            "evaluate", "main", "build_parser"]
@@ -263,14 +264,7 @@ def measure(cand, ctx, ref, settings, bytes_moved):
         for _ in range(settings.warmup):
             call()
         backend.sync()
-        est = summarize(clock.event_times_us(fn, args, settings.est_reps))["median"]
-        reps = choose_reps(est * 1e-6, settings.target_s, settings.min_reps, settings.max_reps,
-                           settings.max_case_s)
-        samples = clock.event_times_us(fn, args, reps)
-        st = summarize(samples)
-        rec.update(gpu_us=st["median"], gpu=st, reps=reps)
-        if settings.raw:
-            rec["samples_us"] = [round(x, 3) for x in samples]
+        st = time_events(clock, fn, args, settings, rec)
         if st["median"]:
             rec["GBps"] = bytes_moved / st["median"] / 1e3
     except Exception as e:

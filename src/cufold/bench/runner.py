@@ -202,17 +202,10 @@ def measure_candidate(backend, env, case, cand, data, settings, log=None):
         for i in range(settings.warmup):
             fn(args[(i + 1) % nb])
         backend.sync()
-        est = summarize(clock.event_times_us(fn, args, settings.est_reps))["median"]
-        reps = choose_reps(est * 1e-6, settings.target_s, settings.min_reps, settings.max_reps,
-                           settings.max_case_s)
-        samples = clock.event_times_us(fn, args, reps)
-        st = summarize(samples)
-        rec.update(gpu_us=st["median"], gpu=st, reps=reps)
-        if settings.raw:
-            rec["samples_us"] = [round(x, 3) for x in samples]
+        st = time_events(clock, fn, args, settings, rec)
         if data.log2n <= settings.call_max_log2:
             pre = clock.wall_per_call_us(fn, args, 10)
-            calls = choose_calls(min(pre, est) * 1e-6, settings.call_target_s, settings.call_min,
+            calls = choose_calls(min(pre, st["median"]) * 1e-6, settings.call_target_s, settings.call_min,
                                  settings.call_max)
             loops = [clock.wall_per_call_us(fn, args, calls) for _ in range(settings.call_repeats)]
             rec.update(call_us=summarize(loops)["median"], call_loops_us=loops, calls=calls)
@@ -314,3 +307,18 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
         meta.update(meta_extra)
     return {"meta": meta, "cases": [c.describe() for c in cases], "records": records,
             "targets": list(S.SUITES[suite].targets) if suite in S.SUITES else []}
+
+
+def time_events(clock, fn, args, settings, rec):
+    """Event-time ``fn`` over ``args``: a few calls to estimate, then enough
+    repetitions for the settings' time budget; records the median (and the raw
+    samples when asked) in ``rec`` and returns the summary."""
+    est = summarize(clock.event_times_us(fn, args, settings.est_reps))["median"]
+    reps = choose_reps(est * 1e-6, settings.target_s, settings.min_reps, settings.max_reps,
+                       settings.max_case_s)
+    samples = clock.event_times_us(fn, args, reps)
+    st = summarize(samples)
+    rec.update(gpu_us=st["median"], gpu=st, reps=reps)
+    if settings.raw:
+        rec["samples_us"] = [round(x, 3) for x in samples]
+    return st
