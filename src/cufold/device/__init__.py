@@ -78,7 +78,7 @@ class _Prepared:
         self.op = op
         self.in_vt = ValueType.of(in_dtypes if is_tuple else in_dtypes[0])
         if acc is None:
-            fields = _reduce_mod._out_fields(op, self.in_vt, dtype)
+            fields = _types.result_fields(op, self.in_vt, dtype)
             self.acc_vt, self.out_vt = _types.value_types(fields)
         else:
             self.acc_vt, self.out_vt = ValueType.of(acc), ValueType.of(result)

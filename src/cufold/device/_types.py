@@ -42,3 +42,17 @@ def value_types(result, accumulator=None):
         fields = tuple(accumulate(f) for f in result_vt.fields)
         accumulator = fields if result_vt.is_tuple else fields[0]
     return ValueType.of(accumulator), result_vt
+
+
+def result_fields(op, in_vt, dtype=None):
+    """Result field dtype(s) of reducing ``in_vt`` with ``op``: ``dtype=`` if
+    given; NumPy's sum/prod promotion for plus and multiplies; otherwise the
+    input's own. A dtype for a scalar value type, a tuple of them for a tuple."""
+    from ..ops import multiplies, plus
+    if dtype is not None:
+        fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
+    elif op is plus or op is multiplies:
+        fields = tuple(sum_dtype(f) for f in in_vt.fields)
+    else:
+        fields = in_vt.fields
+    return fields if in_vt.is_tuple else fields[0]

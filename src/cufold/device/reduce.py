@@ -370,19 +370,6 @@ def fill_kernel(out_vt):
 
 # --- host side -------------------------------------------------------------------------
 
-def _out_fields(op, in_vt, dtype):
-    """Result field dtypes: ``dtype=`` if given; NumPy's sum/prod promotion for
-    plus/multiplies; otherwise the input's."""
-    from ..ops import multiplies, plus
-    if dtype is not None:
-        fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
-    elif op is plus or op is multiplies:
-        fields = tuple(_types.sum_dtype(f) for f in in_vt.fields)
-    else:
-        fields = in_vt.fields
-    return fields if in_vt.is_tuple else fields[0]
-
-
 class Plan:
     """What one reduction will launch (made once per argument set by :func:`plan`,
     so it hashes by identity, cheaply)."""

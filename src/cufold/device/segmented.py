@@ -574,16 +574,8 @@ def _value_inputs(x, name):
 
 
 def _result_types(op, in_vt, dtype):
-    """(accumulator, result) value types: ``dtype=``, else NumPy's sum/prod
-    promotion for plus/multiplies, else the input's (as ``cufold.reduce``)."""
-    from ..ops import multiplies
-    if dtype is not None:
-        fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
-    elif op is plus or op is multiplies:
-        fields = tuple(_types.sum_dtype(f) for f in in_vt.fields)
-    else:
-        fields = in_vt.fields
-    return _types.value_types(fields if in_vt.is_tuple else fields[0])
+    """(accumulator, result) value types, as ``cufold.reduce`` chooses them."""
+    return _types.value_types(_types.result_fields(op, in_vt, dtype))
 
 
 def _start_value(op, acc_vt, init, name, never_empty=False):
