@@ -84,7 +84,7 @@ class Arr:
     """
 
     __slots__ = ("ptr", "shape", "strides", "dtype", "itemsize", "size", "ndim",
-                 "library", "obj", "device_id", "stream", "_nb", "_base", "_offset")
+                 "library", "obj", "device_id", "stream", "_nb", "_base", "_offset", "_layout")
 
     def __init__(self, ptr, shape, strides, dtype, size, library, obj, device_id, stream=None):
         self.ptr = ptr
@@ -101,6 +101,16 @@ class Arr:
         self._nb = None
         self._base = None
         self._offset = 0
+        self._layout = None
+
+    @property
+    def layout(self):
+        """(dtype, ndim, C-contiguous): what of this array decides a kernel's
+        compiled code. Memoised: workspace views are described once."""
+        lay = self._layout
+        if lay is None:
+            lay = self._layout = (self.dtype, self.ndim, self.c_contiguous)
+        return lay
 
     @property
     def byte_strides(self):

@@ -451,7 +451,7 @@ def _layout(arg):
     if arg.__class__ is tuple:
         return tuple(_layout(a) for a in arg)
     if arg.__class__ is _arrays.Arr:
-        return (arg.dtype, arg.ndim, arg.c_contiguous)
+        return arg.layout
     return arg.__class__
 
 
