@@ -18,7 +18,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not glob.glob("/dev/nvidia[0-9]*
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from numba import config  # noqa: E402
+from numba import config, cuda  # noqa: E402
 
 import cufold  # noqa: E402,F401  (installs the simulator's warp intrinsics)
 
@@ -40,3 +40,17 @@ def rng(request):
 
 gpu_only = pytest.mark.skipif(SIMULATOR, reason="needs a real GPU")
 simulator_only = pytest.mark.skipif(not SIMULATOR, reason="simulator behaviour")
+
+
+def to_device(h):
+    """A host array (or tuple of them) on the device, as a test input."""
+    if isinstance(h, tuple):
+        return tuple(to_device(a) for a in h)
+    return cuda.to_device(np.ascontiguousarray(h))
+
+
+def to_host(d):
+    """A device result (or tuple of them) back on the host."""
+    if isinstance(d, tuple):
+        return tuple(to_host(a) for a in d)
+    return d.copy_to_host() if hasattr(d, "copy_to_host") else np.asarray(d)

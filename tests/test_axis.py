@@ -5,14 +5,13 @@ import pytest
 from numba import cuda
 
 import cufold
-from conftest import SIMULATOR
+from conftest import SIMULATOR, to_host
 
 SHAPE = (5, 7, 6) if SIMULATOR else (37, 129, 65)
 AXES = [None, 0, 1, 2, -1, (0, 2), (1, 2), (0, 1), (0, 1, 2)]
 
 
-def host(r):
-    return r.copy_to_host() if hasattr(r, "copy_to_host") else np.asarray(r)
+host = to_host
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR
+from conftest import SIMULATOR, to_device, to_host
 
 import cufold
 from cufold.device import scan
@@ -46,16 +46,7 @@ def _fn(kind):
     return scan.inclusive_scan if kind == "inclusive" else scan.exclusive_scan
 
 
-def _dev(arrays):
-    if isinstance(arrays, tuple):
-        return tuple(cuda.to_device(np.ascontiguousarray(a)) for a in arrays)
-    return cuda.to_device(np.ascontiguousarray(arrays))
-
-
-def _host(obj):
-    if isinstance(obj, tuple):
-        return tuple(o.copy_to_host() for o in obj)
-    return obj.copy_to_host()
+_dev, _host = to_device, to_host
 
 
 def _exclusive_from(inclusive, first):

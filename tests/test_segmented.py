@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only
+from conftest import SIMULATOR, gpu_only, to_device, to_host
 
 import cufold
 from cufold.device import _arrays
@@ -69,16 +69,7 @@ def small_tiles(monkeypatch):
         monkeypatch.setenv("CUFOLD_SEG_TILE", "32x4")
 
 
-def dev(h):
-    if isinstance(h, tuple):
-        return tuple(cuda.to_device(np.ascontiguousarray(a)) for a in h)
-    return cuda.to_device(np.ascontiguousarray(h))
-
-
-def host(r):
-    if isinstance(r, tuple):
-        return tuple(host(v) for v in r)
-    return r.copy_to_host()
+dev, host = to_device, to_host
 
 
 def make_offsets(rng, count=SEGMENTS, lengths=LENGTHS, p=None, dtype=np.int64, start=0):

@@ -154,6 +154,21 @@ def _plots(results, out_dir, err):
     return []
 
 
+def open_backend(env, err, *backend_args):
+    """The GPU backend for timing, or None after saying on ``err`` why not
+    (the CPU simulator, where timings would mean nothing, or no GPU library)."""
+    if env.simulator:
+        err.write("cufold bench: NUMBA_ENABLE_CUDASIM=1 (the CPU simulator): timings would mean nothing; "
+                  "run on a GPU without it (or use --dry-run)\n")
+        return None
+    from .backends import Backend, Skip
+    try:
+        return Backend(env, *backend_args)
+    except Skip as e:
+        err.write("cufold bench: %s\n" % e)
+        return None
+
+
 def main(argv=None, stdout=None, stderr=None):
     """Entry point of ``python -m cufold bench ...``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -190,15 +205,8 @@ def main(argv=None, stdout=None, stderr=None):
     if args.dry_run:
         _print_plan(args.suite, cases, env, sizes, settings, out)
         return 0
-    if env.simulator:
-        err.write("cufold bench: NUMBA_ENABLE_CUDASIM=1 (the CPU simulator): timings would mean nothing; "
-                  "run on a GPU without it (or use --dry-run)\n")
-        return 2
-    from .backends import Backend, Skip
-    try:
-        backend = Backend(env, args.cufold_input)
-    except Skip as e:
-        err.write("cufold bench: %s\n" % e)
+    backend = open_backend(env, err, args.cufold_input)
+    if backend is None:
         return 2
 
     from .runner import run_suite

@@ -462,15 +462,9 @@ def main(argv=None, stdout=None, stderr=None):
         out.write("targets:\n" + "".join("  %s keys: %s vs best peer (>= %g)\n" % (o, AUTO, TARGETS[o])
                                          for o in orders))
         return 0
-    if env.simulator:
-        err.write("cufold bench: NUMBA_ENABLE_CUDASIM=1 (the CPU simulator): timings would mean nothing; "
-                  "run on a GPU without it (or use --dry-run)\n")
-        return 2
-    from .backends import Backend
-    try:
-        backend = Backend(env)
-    except Skip as e:
-        err.write("cufold bench: %s\n" % e)
+    from . import open_backend
+    backend = open_backend(env, err)
+    if backend is None:
         return 2
     info = backend.device_info()
     started = datetime.datetime.now()

@@ -363,6 +363,16 @@ def _weights(weights, n, kinds):
     return w
 
 
+def _with_weights(a, weights, kinds, stream):
+    """Validated ``weights`` (or None), the launch stream, and the stream to
+    allocate outputs on (None: the library's current one)."""
+    w = _weights(weights, a.size, kinds)
+    handle = _arrays.stream_handle(a if w is None else (a, w), stream)
+    if w is not None:
+        _arrays.same_device((a, w), "x and weights")
+    return w, handle, (handle if stream is not None else None)
+
+
 def _device_minmax(a, handle, alloc_stream):
     """(min, max) of ``a`` as host scalars: one device reduction, one synchronisation."""
     from ..ops import minmax          # a reduction too once cufold.device is imported
@@ -419,11 +429,7 @@ def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
         if minlength < 0:
             raise ValueError("cufold: minlength must be non-negative, got %d" % minlength)
         n = a.size
-        w = _weights(weights, n, "biuf")
-        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
-        alloc_stream = handle if stream is not None else None
-        if w is not None:
-            _arrays.same_device((a, w), "x and weights")
+        w, handle, alloc_stream = _with_weights(a, weights, "biuf", stream)
         nbins = minlength
         if n > 0:
             lo, hi = _device_minmax(a, handle, alloc_stream)
@@ -524,11 +530,7 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
         if a.dtype.kind not in "iuf":
             raise TypeError("cufold: histogram takes integers or floats; x has dtype %s" % a.dtype)
         n = a.size
-        w = _weights(weights, n, "iuf")
-        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
-        alloc_stream = handle if stream is not None else None
-        if w is not None:
-            _arrays.same_device((a, w), "x and weights")
+        w, handle, alloc_stream = _with_weights(a, weights, "iuf", stream)
         if isinstance(bins, str):
             raise TypeError("cufold: histogram's bins must be an integer or an array of edges; "
                             "NumPy's estimators (%r) are not supported" % bins)
