@@ -113,17 +113,100 @@ def test_repeated_keys_fill_the_table(algorithm, rng):
             np.testing.assert_array_equal(got, reference(ufunc, out, keys, values), err_msg="%s m=%d" % (op.name, m))
 
 
+# --- runs, adaptive and table: rows, spans, carries ---------------------------------------------------
+
+AGGREGATING = ("runs", "adaptive", "table")
+
+
+def runs_keys(rng, n, m, lengths, bad=0.0):
+    """Keys in runs of the given lengths (random keys in [0, m)); a fraction ``bad`` of
+    the runs has an out-of-range key (negative or >= m)."""
+    out = []
+    while sum(len(r) for r in out) < n:
+        k = int(rng.integers(0, m))
+        if rng.random() < bad:
+            k = int(rng.choice([-1, m, m + 7]))
+        out.append(np.full(int(rng.choice(lengths)), k))
+    return np.concatenate(out)[:n]
+
+
+@pytest.mark.parametrize("tile", [None, "32x4x64"])
+@pytest.mark.parametrize("algorithm", AGGREGATING)
+def test_runs_across_rows_spans_and_tiles(algorithm, tile, rng, monkeypatch):
+    """Runs of 1..200 equal keys: runs inside a row, ending at lane 31, crossing rows
+    (the carry; with 4 rows per span, whole rows inside one run), spans, warps and
+    tiles, a last partial tile, and runs of bad keys."""
+    if tile:
+        monkeypatch.setenv("CUFOLD_BYKEY_TILE", tile)
+    BK.plan.cache_clear()
+    n = 1000 if SIMULATOR else 300000
+    for lengths, bad in (((1, 2, 31, 32, 33, 64, 65, 200), 0.1), ((3, 5, 9, 17), 0.0), ((1, 1, 2), 0.2)):
+        keys = runs_keys(rng, n - 13, 60, lengths, bad).astype(np.int64)
+        values = rng.integers(-8, 9, keys.size) / 8.0
+        for op, ufunc, init in UFUNCS:
+            out = np.full(60, init)
+            got = run(keys, values, out, op, algorithm=algorithm, check=False)
+            np.testing.assert_array_equal(got, reference(ufunc, out, keys, values),
+                                          err_msg="%s %s" % (op.name, lengths))
+    monkeypatch.delenv("CUFOLD_BYKEY_TILE", raising=False)
+    BK.plan.cache_clear()
+
+
+@pytest.mark.parametrize("runs_max", [0, 31])
+def test_row_schemes_forced(runs_max, monkeypatch, rng):
+    """CUFOLD_BYKEY_RUNS=0: every row with a repeated neighbour goes to match_any
+    (adaptive) or the shared table (table); 31: every such row is reduced by runs."""
+    monkeypatch.setenv("CUFOLD_BYKEY_RUNS", str(runs_max))
+    BK.plan.cache_clear()
+    try:
+        for order in ORDERS:
+            keys, values, m = box(order, *SMALL)
+            for alg in ("adaptive", "table"):
+                assert BK.plan(cufold.plus, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m,
+                               keys.size, 0, alg, False, True).spec.tile.runs_max == runs_max
+                for op, ufunc, init in UFUNCS[::2]:
+                    out = np.full(m, init)
+                    np.testing.assert_array_equal(run(keys, values, out, op, algorithm=alg),
+                                                  reference(ufunc, out, keys, values), err_msg="%s %s" % (alg, order))
+    finally:
+        monkeypatch.delenv("CUFOLD_BYKEY_RUNS")
+        BK.plan.cache_clear()
+
+
+@pytest.mark.parametrize("algorithm", AGGREGATING)
+def test_wide_index_path(algorithm, rng):
+    """The int64 index path (``out`` longer than 2**31, too big to allocate here):
+    the same plan with ``wide`` forced, launched directly."""
+    keys, values, m = box("shifted", *SMALL)
+    keys = keys.astype(np.int64)
+    keys[[5, 50]] = [-3, m + 2]
+    p = BK.plan(cufold.plus, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m, keys.size, 0,
+                algorithm, False, True)
+    p = p._replace(spec=p.spec._replace(wide=True))
+    out = dev(np.zeros(m))
+    o, k, v = (BK._describe_1d(a, "x") for a in (out, dev(keys), dev(values)))
+    st, epoch = BK._status(o.device_id, 0, True)
+    BK.run(p, k, v, o, keys.size, m, st.kernel, epoch, 0)
+    np.testing.assert_array_equal(out.copy_to_host(), reference(np.add, np.zeros(m), keys, values))
+    with pytest.raises(IndexError, match="key -3 at position 5"):
+        BK._raise_errors(st, epoch, k, m, 0, o.device_id)
+
+
 # --- keys, values, outputs -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("key_dtype", INT_KEYS)
 def test_key_dtypes(key_dtype):
+    """Every key width, for the automatic choice and (in turn) every algorithm."""
     dt = np.dtype(key_dtype)
-    keys, values, m = box("shifted", *SMALL)
-    m = min(m, int(np.iinfo(dt).max) + 1)
-    keys = (keys % m).astype(dt)
-    alg = ALGORITHMS[INT_KEYS.index(key_dtype) % len(ALGORITHMS)]
-    out = np.zeros(m)
-    np.testing.assert_array_equal(run(keys, values, out, algorithm=alg), reference(np.add, out, keys, values))
+    for order in ("shifted", "ordered"):
+        keys, values, m = box(order, *SMALL)
+        m = min(m, int(np.iinfo(dt).max) + 1)
+        keys = (keys % m).astype(dt)
+        out = np.zeros(m)
+        want = reference(np.add, out, keys, values)
+        np.testing.assert_array_equal(run(keys, values, out), want)
+        alg = ALGORITHMS[(INT_KEYS.index(key_dtype) + (order == "ordered")) % len(ALGORITHMS)]
+        np.testing.assert_array_equal(run(keys, values, out, algorithm=alg), want, err_msg=alg)
 
 
 VALUE_CASES = [
@@ -246,6 +329,31 @@ def test_out_of_range_keys(algorithm, rng):
     BK.reduce_by_key_into(good, dv, out, algorithm=algorithm)
 
 
+def test_checked_call_reads_one_flag(monkeypatch):
+    """A checked call synchronises and reads the mapped flag; the status words are
+    copied back only when the call's kernels recorded a bad key."""
+    keys, values, m = box("ordered", *SMALL)
+    dk, dv, out = dev(keys), dev(values), dev(np.zeros(m))
+    copies = []
+    real = BK._arrays.as_numba
+
+    def spy(a):
+        copies.append(a)
+        return real(a)
+    monkeypatch.setattr(BK._arrays, "as_numba", spy)
+    BK.reduce_by_key_into(dk, dv, out)
+    st = BK._statuses[(0, 0)]
+    assert st.flag_host is not None and not st.flagged(st.epoch)
+    assert not any(a is st.words for a in copies)
+    bad = keys.copy()
+    bad[7] = m
+    with pytest.raises(IndexError, match="key %d at position 7" % m):
+        BK.reduce_by_key_into(dev(bad), dv, out)
+    assert st.flagged(st.epoch) and any(a is st.words for a in copies)
+    BK.reduce_by_key_into(dk, dv, out)                 # the next checked call starts clean
+    assert not st.flagged(st.epoch)
+
+
 def test_out_of_range_key_dtypes():
     values = np.ones(40)
     for dt, bad in (("uint8", 200), ("int8", -3), ("uint32", 2**32 - 1), ("uint64", 2**64 - 1),
@@ -300,9 +408,10 @@ def test_non_commutative_operator(rng):
         want[k] = v
     np.testing.assert_array_equal(run(keys, values, out, last), want)
     np.testing.assert_array_equal(run(keys, values, out, last, algorithm="sorted"), want)
-    for alg in ("atomic", "warp", "block"):
-        with pytest.raises(ValueError, match="commutative"):
-            run(keys, values, out, last, algorithm=alg)
+    for alg in ALGORITHMS:
+        if alg != "sorted":
+            with pytest.raises(ValueError, match="commutative"):
+                run(keys, values, out, last, algorithm=alg)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -341,9 +450,11 @@ def test_user_operators(rng):
         np.testing.assert_array_equal(np.abs(run(keys, values, np.zeros(m), absmax, algorithm=alg)),
                                       np.abs(want), err_msg=str(alg))
     assert BK.plan(no_identity, np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64), m, 10, 0, None,
-                   False, True).spec.algorithm == "warp"
-    with pytest.raises(ValueError, match="identity"):
-        run(keys, values, np.zeros(m), no_identity, algorithm="block")
+                   False, True).spec.algorithm == BK.AUTO_NO_IDENTITY
+    np.testing.assert_array_equal(np.abs(run(keys, values, np.zeros(m), no_identity)), np.abs(want))
+    for alg in ("block", "table"):
+        with pytest.raises(ValueError, match="identity"):
+            run(keys, values, np.zeros(m), no_identity, algorithm=alg)
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -376,11 +487,12 @@ def test_automatic_choice():
     def auto(op, out=f64, deterministic=False):
         return BK.plan(op, i32, out, out, 100, 1000, 0, None, deterministic, True).spec.algorithm
 
-    assert auto(cufold.plus) == BK.AUTO == "block"
-    assert auto(cufold.maximum) == auto(cufold.multiplies) == "block"       # identities
+    assert auto(cufold.plus) == BK.AUTO == "runs"
+    assert auto(cufold.maximum) == auto(cufold.multiplies) == "runs"        # identities
+    assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "runs"
     assert auto(cufold.as_op(lambda a, b: a + b)) == "sorted"                 # not commutative
     assert auto(cufold.plus, deterministic=True) == "sorted"
-    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "block"  # exact anyway
+    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "runs"  # exact anyway
     assert BK.plan(cufold.maximum, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "cas"
     assert BK.plan(cufold.plus, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "hw"
 
@@ -542,3 +654,75 @@ def test_bench_end_to_end(tmp_path):
     assert [e["status"] in ("PASS", "MISS") for e in evals] == [True, True]
     path = report.write_json(res, str(tmp_path / "results.json"))
     assert report.load_json(path)["meta"]["box"]["n"] == 16
+
+
+# --- what the simulator cannot see: Numba's integer typing ------------------------------------
+
+_PTX_SCRIPT = r"""
+import os, re, sys
+import numpy as np
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda
+
+class Hopper:
+    compute_capability = (9, 0)
+
+dispatcher.get_current_device = lambda: Hopper()
+import importlib
+import cufold
+from cufold.device import _arrays, bykey as BK
+R = importlib.import_module("cufold.device.reduce")
+
+def arr(dt, n=1 << 20):
+    return _arrays.Arr(0x10000, (n,), (1,), np.dtype(dt), n, "numba", None, 0)
+
+found = {}
+
+def fake_launch(fn, key, grid, nt, stream, kargs):
+    sig = tuple(R._nbtype(a) for a in kargs)
+    try:
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+    except Exception as e:
+        if "nvvm" in (type(e).__name__ + str(e)).lower():
+            print("NO-NVVM", e)
+            sys.exit(0)
+        raise
+    found[key[1].algorithm, key[1].wide] = sorted(set(re.findall(r"\bclz\.b\d+", ptx)))
+
+BK.launch = fake_launch
+for alg in ("runs", "table"):
+    for m in (1 << 20, 1 << 40):   # the int32 and the int64 (wide) index paths
+        p = BK.plan(cufold.plus, np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.float64), m, 1 << 20,
+                    0, alg, False, False)
+        BK.run(p, arr(np.int32), arr(np.float64), arr(np.float64), 1 << 20, m,
+               (arr(np.int64, 2), arr(np.int64, 1)), 0, 0)
+print("CLZ", found)
+"""
+
+
+def test_runs_ptx_clz_32():
+    """The run scan's segment start is ``31 - clz(heads & lanes 0..lane)`` on a 32-bit
+    ballot. Numba types ``uint32 | uint32`` as uint64 where NumPy (the simulator) keeps
+    uint32, so a missing cast compiles to a 64-bit ``clz`` (start off by 32: every lane
+    scans across its run head) that only a GPU shows. Compiles ``runs`` and ``table``
+    for sm_90 in a subprocess (no simulator) and looks at the PTX: only ``clz.b32``
+    (their only ``clz`` is the run scan's; ``ffs`` of a 64-bit word would add one)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0 and ("nvvm" in proc.stderr.lower() or "cudatoolkit" in proc.stderr.lower()):
+        pytest.skip("no NVVM to compile PTX: " + proc.stderr.strip().splitlines()[-1][:200])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if "NO-NVVM" in proc.stdout:
+        pytest.skip("no NVVM to compile PTX")
+    found = eval(proc.stdout.split("CLZ", 1)[1].strip())
+    assert len(found) == 4
+    for (alg, wide), clz in found.items():
+        assert clz == ["clz.b32"], (alg, wide, clz)

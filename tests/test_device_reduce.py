@@ -767,3 +767,47 @@ def test_numba_device_arrays_returned(rng):
     r = cufold.sum(dev(h))
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     assert isinstance(r, DeviceNDArray) and r.shape == () and r.dtype == np.float32
+
+
+# --- the express path: repeated whole-array calls -----------------------------------------
+
+@pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean", "var"])
+def test_express_repeated_calls_fresh_inputs(rng, name):
+    """Calls of one length and dtype reuse one bound launch: every call must see
+    its own input and write its own result (poisoned first), and earlier
+    results must survive later calls."""
+    n = ONE_SIZE
+    fn = getattr(cufold, name)
+    ref = {"sum": np.sum, "max": np.max, "argmax": np.argmax, "mean": np.mean, "var": np.var}[name]
+    hs = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
+    results = [fn(dev(h)) for h in hs]
+    for h, r in zip(hs, results):
+        np.testing.assert_allclose(host(r), ref(h.astype(np.float64)), rtol=1e-4, atol=1e-4)
+    assert len({id(r) for r in results}) == len(results)
+
+
+def test_express_follows_tile_override(rng, monkeypatch):
+    h = rng.integers(-50, 50, ONE_SIZE).astype(np.int32)
+    x = dev(h)
+    assert int(host(cufold.sum(x))) == int(h.sum())
+    monkeypatch.setenv("CUFOLD_TILE", "32x1")
+    p = reduce_mod.plan(cufold.plus, *(cufold.ValueType.of(t) for t in (np.int32, np.int64, np.int64)),
+                        ONE_SIZE, 0, None)
+    assert tuple(p.spec.tile) == (32, 1)
+    assert int(host(cufold.sum(x))) == int(h.sum())
+
+
+@gpu_only
+def test_scalar_results_from_batches_torch(rng):
+    """torch results come from batches of SCALAR_BATCH 0-d views: more calls than
+    a batch holds, every result its own element, all kept valid."""
+    torch = pytest.importorskip("torch")
+    from cufold.device import _arrays
+    k = _arrays.SCALAR_BATCH + 10
+    xs = [torch.randn(1000, device="cuda") for _ in range(k)]
+    rs = [cufold.sum(x) for x in xs]
+    assert all(r.dim() == 0 and r.dtype == torch.float32 for r in rs)
+    assert len({r.data_ptr() for r in rs}) == k
+    got = torch.stack(rs).cpu().numpy()
+    want = np.array([x.double().sum().item() for x in xs])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

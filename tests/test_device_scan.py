@@ -366,14 +366,14 @@ def test_exclusive_without_identity_needs_init():
 
 # --- the look-back itself: windows of aggregates, stopping at a prefix ----------------------------
 
-def _look_back_kernel(vt):
-    look_back = scan._look_back(AFFINE, vt)
+def _look_back_kernel(vt, poll="volatile"):
+    look_back = scan._look_back(AFFINE, vt, "wide", poll)
     stash_storage = cufold.block.temp_storage(vt, 2)
 
     @cuda.jit
-    def kernel(tile, flags, tag, aggs, pres, aggregate, init, has_init, result, stash_out):
+    def kernel(tile, flags, flags_f, tag, aggs, pres, aggregate, init, has_init, result, stash_out):
         stash = stash_storage()
-        r = look_back(aggregate, (tile, flags, tag, aggs, pres, init, has_init, stash))
+        r = look_back(aggregate, (tile, (flags, flags_f, aggs, pres), tag, init, has_init, stash))
         if cuda.threadIdx.x == 0:
             result[0] = r[0]
             result[1] = r[1]
@@ -384,8 +384,9 @@ def _look_back_kernel(vt):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")   # lanes before `stop` fold garbage
-@pytest.mark.parametrize("stop", [0, 10, 40, 69])
-def test_look_back_windows(stop, rng):
+@pytest.mark.parametrize("stop,poll", [(0, "volatile"), (10, "atomic"), (40, "volatile"),
+                                       (69, "volatile")])
+def test_look_back_windows(stop, poll, rng):
     """Tile 70 looks back over tiles 69..0, 32 at a time (windows 38..69,
     6..37, -26..5). Every predecessor has published its aggregate only (the
     simulator runs blocks in order, so end-to-end tests always find a prefix
@@ -416,14 +417,204 @@ def test_look_back_windows(stop, rng):
     d_flags = cuda.to_device(flags)
     d_aggs, d_pres = _dev(aggs), _dev(pres)
     result, stash = cuda.to_device(np.zeros(2, np.int64)), cuda.to_device(np.zeros(2, np.int64))
-    _look_back_kernel(vt)[1, 32](tile, d_flags, tag, d_aggs, d_pres, aggregate, init, True,
-                                 result, stash)
+    d_flags_f = d_flags.view(np.float32)             # the same memory, for the volatile read
+    _look_back_kernel(vt, poll)[1, 32](tile, d_flags, d_flags_f, tag, d_aggs, d_pres, aggregate,
+                                       init, True, result, stash)
     assert tuple(stash.copy_to_host()) == want                       # the exclusive prefix
     assert tuple(result.copy_to_host()) == _affine(init, want)       # init in front
     h_pres, h_aggs = _host(d_pres), _host(d_aggs)
     assert (h_pres[0][tile], h_pres[1][tile]) == _affine(want, (-1, 2))   # inclusive published
     assert (h_aggs[0][tile], h_aggs[1][tile]) == (-1, 2)                  # aggregate published
     assert d_flags.copy_to_host()[tile] == epoch << 2 | scan.PREFIX
+
+
+def _mat8(x, y):
+    """2x2 matrices of integers mod 256, one byte per entry of a uint32
+    (``a | b << 8 | c << 16 | d << 24``): associative, not commutative, and a
+    value that fits beside its flag in a packed state word."""
+    a, b, c, d = x & 255, (x >> 8) & 255, (x >> 16) & 255, (x >> 24) & 255
+    e, f, g, h = y & 255, (y >> 8) & 255, (y >> 16) & 255, (y >> 24) & 255
+    return (((a * e + b * g) & 255) | (((a * f + b * h) & 255) << 8)
+            | (((c * e + d * g) & 255) << 16) | (((c * f + d * h) & 255) << 24))
+
+
+MAT8 = Op(_mat8, identity=np.uint32(0x01000001), name="mat8")
+
+
+def _mat8_values(rng, n):
+    return rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+
+
+def _packed_look_back_kernel(op, vt, poll):
+    look_back = scan._look_back(op, vt, "packed", poll)
+    stash_storage = cufold.block.temp_storage(vt, 2)
+
+    @cuda.jit
+    def kernel(tile, words, words_f, tag, aggregate, init, has_init, result, stash_out):
+        stash = stash_storage()
+        r = look_back(aggregate, (tile, (words, words_f), tag, init, has_init, stash))
+        if cuda.threadIdx.x == 0:
+            result[0] = r
+            stash_out[0] = stash[0]
+
+    return kernel
+
+
+@pytest.mark.parametrize("stop,poll", [(0, "volatile"), (10, "atomic"), (69, "volatile")])
+def test_look_back_windows_packed(stop, poll, rng):
+    """As test_look_back_windows, with (status, value) packed in one 64-bit
+    word per tile and a non-commutative operator on uint32 values."""
+    vt = ValueType.of(np.uint32)
+    tile, epoch = 70, 5
+    tag = np.uint32(epoch << 2)
+    vals = _mat8_values(rng, tile + 1)
+    seq = [np.uint32(v) for v in vals[:tile]]
+    prefix = _ref_scan(_mat8, seq[:stop + 1], True)[-1]
+
+    def word(e, state, value):
+        return np.uint64((e << 2 | state) << 32 | int(value))
+
+    words = np.array([word(epoch, scan.AGGREGATE, v) for v in vals], np.uint64)
+    words[:stop] = [word(epoch, scan.AGGREGATE, 0x12345678)] * stop   # before the prefix: unused
+    words[stop] = word(epoch, scan.PREFIX, prefix)
+    words[tile] = word(epoch - 1, scan.PREFIX, 7)      # an older epoch's word reads as EMPTY
+    want = prefix
+    for v in seq[stop + 1:]:
+        want = _mat8(want, v)
+    aggregate, init = np.uint32(0x03020105), np.uint32(0x01020304)
+    d_words = cuda.to_device(words)
+    result, stash = cuda.to_device(np.zeros(1, np.uint32)), cuda.to_device(np.zeros(1, np.uint32))
+    _packed_look_back_kernel(MAT8, vt, poll)[1, 32](
+        tile, d_words, d_words.view(np.float64), tag, aggregate, init, True, result, stash)
+    assert stash.copy_to_host()[0] == want                           # the exclusive prefix
+    assert result.copy_to_host()[0] == _mat8(init, want)             # init in front
+    got = int(d_words.copy_to_host()[tile])
+    assert got >> 32 == epoch << 2 | scan.PREFIX                     # inclusive published
+    assert got & 0xFFFFFFFF == _mat8(want, aggregate)
+
+
+# --- single pass: state layouts, variants; tile layouts ------------------------------------------
+
+# Accumulators of at most 4 bytes publish (status, value) in one 64-bit word.
+LAYOUT_CASES = [
+    (np.int8, cufold.maximum), (np.int16, cufold.minimum), (np.int32, cufold.plus),
+    (np.uint8, cufold.maximum), (np.uint16, cufold.maximum), (np.uint32, cufold.plus),
+    (np.float32, cufold.plus), (np.bool_, cufold.logical_or),
+    (np.int64, cufold.plus), (np.float64, cufold.plus),
+]
+
+
+def _layout_values(rng, dtype, n):
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(n) < 0.01
+    if dt.kind == "f":
+        return rng.normal(size=n).astype(dt)                # negative values: the sign bit
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), n).astype(dt)
+
+
+_NUMPY_ACCUMULATE = {"plus": np.add, "maximum": np.maximum, "minimum": np.minimum,
+                     "logical_or": np.logical_or}
+
+
+@pytest.mark.parametrize("dtype,op", LAYOUT_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_single_pass_state_layout(dtype, op, rng, small_tiles):
+    vt = ValueType.of(dtype)
+    p = scan.plan(op, vt, vt, vt, 1000, "inclusive", "single_pass")
+    assert p.spec.variant.states == ("packed" if vt.itemsize <= 4 else "wide")
+    n = SMALL_MID
+    x = _layout_values(rng, dtype, n)
+    ufunc = _NUMPY_ACCUMULATE[op.name]
+    want = ufunc.accumulate(x, dtype=np.float64 if vt.dtype.kind == "f" else x.dtype)
+    got, total = scan.inclusive_scan(_dev(x), op, algorithm="single_pass", total=True)
+    got, total = got.copy_to_host(), total.copy_to_host()
+    if vt.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(total, want[-1], rtol=1e-5, atol=1e-4)
+    else:
+        np.testing.assert_array_equal(got, want)
+        assert total == want[-1]
+    if op is cufold.plus and vt.dtype.kind != "f":
+        got = scan.exclusive_scan(_dev(x), op, init=3, algorithm="single_pass").copy_to_host()
+        np.testing.assert_array_equal(got, _exclusive_from(want + x.dtype.type(3), 3))
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_noncommutative_packed(algorithm, kind, rng, small_tiles):
+    """A non-commutative operator on uint32 (packed look-back states)."""
+    n = SMALL_MID
+    x = _mat8_values(rng, n)
+    seq = [np.uint32(v) for v in x]
+    init = np.uint32(0x00020301)
+    want = _ref_scan(_mat8, seq, kind == "inclusive", init if kind == "exclusive" else None)
+    kw = {"init": init} if kind == "exclusive" else {}
+    got, total = _fn(kind)(_dev(x), MAT8, algorithm=algorithm, total=True, **kw)
+    np.testing.assert_array_equal(got.copy_to_host(), np.array(want, np.uint32))
+    assert total.copy_to_host() == _ref_scan(_mat8, seq, True)[-1]
+
+
+@pytest.mark.parametrize("words", ["wide", "atomic", "plain", "blockid", "wide,atomic,plain,blockid",
+                                   "packed,volatile,stream,ticket"])
+def test_single_pass_variants(words, monkeypatch, rng, small_tiles):
+    """Every CUFOLD_SCAN_VARIANT choice gives the same results."""
+    monkeypatch.setenv("CUFOLD_SCAN_VARIANT", words)
+    v = scan.variant()
+    for w in words.split(","):
+        assert w in v
+    n = SMALL_MID
+    x = rng.integers(-100, 100, n).astype(np.int32)
+    got, total = scan.inclusive_scan(_dev(x), algorithm="single_pass", total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int32))
+    assert int(total.copy_to_host()) == int(x.sum())
+    y = _mat8_values(rng, n)
+    got = scan.exclusive_scan(_dev(y), MAT8, init=np.uint32(1), algorithm="single_pass")
+    want = _ref_scan(_mat8, [np.uint32(v) for v in y], False, np.uint32(1))
+    np.testing.assert_array_equal(got.copy_to_host(), np.array(want, np.uint32))
+    f = rng.random(n).astype(np.float64)                     # the wide layout whatever asked
+    got = scan.inclusive_scan(_dev(f), algorithm="single_pass").copy_to_host()
+    np.testing.assert_allclose(got, np.cumsum(f), rtol=1e-12)
+
+
+def test_variant_parsing(monkeypatch):
+    assert scan.variant("") == scan.DEFAULT_VARIANT
+    assert scan.variant("wide, Atomic") == scan.DEFAULT_VARIANT._replace(states="wide",
+                                                                          poll="atomic")
+    with pytest.raises(ValueError, match="unknown scan variant"):
+        scan.variant("fast")
+    monkeypatch.setenv("CUFOLD_SCAN_VARIANT", "plain")
+    assert scan.variant().hints == "plain"
+
+
+@pytest.mark.parametrize("tile", ["32x3", "32x6", "64x1", "32x8"])
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_tile_layouts(tile, algorithm, monkeypatch, rng):
+    """Shared-memory layouts of a tile: odd items per thread (no padding), a
+    divisor of 32 (a slot per 32) and others (a slot per thread); full and
+    partial tiles."""
+    monkeypatch.setenv("CUFOLD_TILE", tile)
+    nt, vt = (int(v) for v in tile.split("x"))
+    n = 3 * nt * vt + 37
+    x = rng.integers(-100, 100, n).astype(np.int32)
+    got, total = scan.inclusive_scan(_dev(x), algorithm=algorithm, total=True)
+    np.testing.assert_array_equal(got.copy_to_host(), np.cumsum(x, dtype=np.int32))
+    assert int(total.copy_to_host()) == int(x.sum())
+    y = _mat8_values(rng, n)
+    got = scan.exclusive_scan(_dev(y), MAT8, algorithm=algorithm)
+    want = _ref_scan(_mat8, [np.uint32(v) for v in y], False, np.uint32(0x01000001))
+    np.testing.assert_array_equal(got.copy_to_host(), np.array(want, np.uint32))
+
+
+def test_single_pass_layouts_share_state(rng):
+    """Packed and wide launches alternate on one stream's look-back state: a
+    state of an earlier launch, of either layout, reads as EMPTY."""
+    sizes = [300, 129, 300] if SIMULATOR else [1 << 22, 4097, 1 << 22]
+    for n in sizes:
+        for dtype in (np.int32, np.int64):
+            x = rng.integers(-9, 9, n).astype(dtype)
+            got = scan.inclusive_scan(_dev(x), algorithm="single_pass").copy_to_host()
+            np.testing.assert_array_equal(got, np.cumsum(x, dtype=dtype))
 
 
 # --- in place, out=, totals, init, dtypes --------------------------------------------------------
@@ -639,3 +830,20 @@ def test_reduce_then_scan_bitwise_reproducible(rng):
     for _ in range(5):
         got = scan.inclusive_scan(d, algorithm="reduce_then_scan").copy_to_host()
         assert np.array_equal(got.view(np.uint32), first.view(np.uint32))
+
+
+# --- the express path: repeated plain calls ------------------------------------------------
+
+@pytest.mark.parametrize("name", ["cumsum", "inclusive_scan", "exclusive_scan", "cummax"])
+@pytest.mark.parametrize("n", [100, 1000])
+def test_express_repeated_calls_fresh_inputs(rng, name, n):
+    """Plain calls of one length reuse one bound launch (and, single-pass, take
+    a new look-back epoch each): every call must scan its own input into its
+    own output, and earlier outputs must survive later calls."""
+    fn = getattr(cufold, name)
+    ref = {"cumsum": np.cumsum, "inclusive_scan": np.cumsum, "cummax": np.maximum.accumulate,
+           "exclusive_scan": lambda h: np.concatenate([[0], np.cumsum(h)[:-1]])}[name]
+    hs = [rng.integers(-100, 100, n).astype(np.int32) for _ in range(4)]
+    outs = [fn(to_device(h)) for h in hs]
+    for h, o in zip(hs, outs):
+        np.testing.assert_array_equal(to_host(o), ref(h.astype(np.int64)))

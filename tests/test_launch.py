@@ -115,6 +115,49 @@ def test_zero_d_output(mode):
     _check_mode(k, mode)
 
 
+def test_bind_varies_arrays_and_length(rng, mode):
+    """A bound launch: the arrays and the length change per call, a's value stays."""
+    k = L.Kernel(scale, SCALE_SIG)
+    h0 = rng.standard_normal(50).astype(np.float32)
+    x0 = A.describe(_dev(h0))
+    _, out0 = A.empty(x0, (50,), np.float32)
+    go = k.bind(4, 32, A.stream_handle(x0), 0, (out0, x0, np.float32(3.0), 50), (0, 1, 3))
+    for n in (50, 77, 1, 128):
+        h = rng.standard_normal(n).astype(np.float32)
+        x = A.describe(_dev(h))
+        _, out = A.empty(x, (n,), np.float32)
+        A.as_numba(out).copy_to_device(np.full(n, np.nan, np.float32))   # poison
+        go(out, x, n)
+        np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(3), rtol=1e-6)
+    _check_mode(k, mode)
+
+
+def test_bind_varies_bare_pointers(rng, mode):
+    """``(i, "ptr")``: a bare device pointer for array ``i``, its length kept."""
+    k = L.Kernel(scale, SCALE_SIG)
+    n = 40
+    x0 = A.describe(_dev(np.zeros(n, np.float32)))
+    _, out0 = A.empty(x0, (n,), np.float32)
+    go = k.bind(2, 32, A.stream_handle(x0), 0, (out0, x0, np.float32(-2.0), n), ((0, "ptr"), (1, "ptr")))
+    for _ in range(3):
+        h = rng.standard_normal(n).astype(np.float32)
+        x = A.describe(_dev(h))
+        _, out = A.empty(x, (n,), np.float32)
+        go(out.ptr, x.ptr)
+        np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(-2), rtol=1e-6)
+    _check_mode(k, mode)
+
+
+@gpu_only
+def test_bind_rejects_what_it_cannot_vary():
+    """The direct path writes 1-D arrays and 64-bit integers only (the
+    simulator's fallback substitutes any argument)."""
+    k = L.Kernel(scale, SCALE_SIG)
+    x = A.describe(_dev(np.zeros(4, np.float32)))
+    with pytest.raises(ValueError, match="varies"):
+        k.bind(1, 32, 0, 0, (x, x, np.float32(1), 4), (2,))
+
+
 def test_argument_checks():
     k = L.Kernel(scale, SCALE_SIG)
     x = A.describe(_dev(np.zeros(4, np.float32)))

@@ -26,7 +26,10 @@ _arrays.empty = lambda like, shape, dtype, stream=None: (
     object(), _arrays.Arr(0x7100_0000, tuple(shape), (1,) * len(shape), np.dtype(dtype), 1024 if shape else 1,
                           "torch", object(), 0))
 _arrays.stream_handle = lambda like, stream=None: 0
+_out1 = _arrays.Arr(0x7200_0000, (1,), (1,), np.dtype(np.float32), 1, "torch", object(), 0)
+_arrays.scalar_result = lambda like, dtype, stream: (object(), _out1)
 _launch.Kernel.launch = lambda self, *a: None
+_launch.DIRECT = False  # bound launches take the Kernel.launch fallback, stubbed above
 _ws = _arrays.Arr(0x7400_0000, (1 << 24,), (1,), np.dtype(np.uint8), 1 << 24, "torch", None, 0)
 _launch.workspace = lambda dev, stream, nbytes: (_ws.ptr, _ws)
 _flags = _arrays.Arr(0x7500_0000, (4096,), (1,), np.dtype(np.uint32), 4096, "torch", None, 0)

@@ -35,6 +35,20 @@ for alg in cufold.algorithms("scan"):
     check("scan %s float32 exclusive" % alg,
           cufold.exclusive_scan(df, algorithm=alg).copy_to_host(),
           np.concatenate([[0], np.cumsum(xf.astype(np.float64))[:-1]]), exact=False)
+xd = rng.normal(size=n)
+check("scan single_pass float64 (wide states)", cufold.inclusive_scan(cuda.to_device(xd), algorithm="single_pass")
+      .copy_to_host(), np.cumsum(xd), exact=False)
+keys = np.sort(rng.integers(0, 5000, n)).astype(np.int32)
+keys[::7] = rng.integers(0, 5000, keys[::7].size)          # ordered, with some disorder
+want = np.bincount(keys, weights=xd, minlength=5000)
+for alg in cufold.algorithms("reduce_by_key"):
+    out = cuda.to_device(np.zeros(5000))
+    cufold.reduce_by_key_into(cuda.to_device(keys), cuda.to_device(xd), out, algorithm=alg)
+    check("reduce_by_key_into %s" % alg, out.copy_to_host(), want, exact=False)
+offs = np.sort(rng.integers(0, n, 2001)).astype(np.int64)
+offs[0], offs[-1] = 0, n
+check("segmented_reduce", cufold.segmented_reduce(df, cuda.to_device(offs)).copy_to_host(),
+      np.array([xf[a:b].astype(np.float64).sum() for a, b in zip(offs[:-1], offs[1:])]), exact=False)
 m2 = rng.integers(-9, 9, (301, 257)).astype(np.int32)
 dm = cuda.to_device(m2)
 check("axis rows", cufold.sum(dm, axis=1).copy_to_host(), m2.sum(axis=1))

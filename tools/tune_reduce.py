@@ -1,8 +1,14 @@
 """Time cufold's reduce kernels against torch/cupy at large sizes (development aid).
-Usage: CUFOLD_TILE=256x16 python tools/tune_reduce.py [cases]"""
-import os, sys, time
+Usage: CUFOLD_TILE=256x16 PPT=16 python tools/tune_reduce.py [cases]
+(PPT: the last block's partials per thread, which bounds the grid: grid <= threads x PPT)"""
+import importlib, os, sys, time
 import numpy as np, torch, cupy
 import cufold
+
+if os.environ.get("PPT"):
+    R = importlib.import_module("cufold.device.reduce")
+    R.PARTIALS_PER_THREAD = int(os.environ["PPT"])
+    R._plan.cache_clear()
 
 def gpu_time(fn, bufs, reps=20):
     for b in bufs[:2]:
@@ -19,7 +25,7 @@ def cp(x):
     return cupy.asarray(x)
 
 cases = sys.argv[1].split(",") if len(sys.argv) > 1 else ["sum28", "sum24"]
-tile = os.environ.get("CUFOLD_TILE", "default")
+tile = os.environ.get("CUFOLD_TILE", "default") + "/ppt" + os.environ.get("PPT", "8")
 for case in cases:
     logn = int(case[-2:]); n = 1 << logn
     kind = case[:-2]

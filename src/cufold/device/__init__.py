@@ -88,6 +88,90 @@ class _Prepared:
 _prepared = {}
 
 
+class _Express:
+    """The common call of one reduction -- a whole contiguous array, no
+    ``init``, ``out``, ``stream``, ``dtype`` or ``axis`` -- made cheap.
+
+    A small reduction is all host time (torch.sum: ~6 us per call). Per
+    (input dtype, length, stream, device, library) this finds the plan, the
+    result dtype and a bound launch once (:func:`reduce.runner`); a call then
+    describes the input, takes a result array (:func:`_arrays.scalar_result`)
+    and launches. Anything else (``None`` from the call) goes the general way.
+    ``options(dtype)`` gives the configuration's ``_reduce`` keywords that
+    depend on the input dtype (accumulator, result, lift, project).
+    """
+
+    __slots__ = ("op", "options", "runs", "torch_runs")
+
+    def __init__(self, op, options=None):
+        self.op = as_op(op)
+        self.options = options or (lambda dt: {})
+        self.runs = {}
+        self.torch_runs = {}    # torch tensors: keyed by the tensor's own attributes
+
+    def __call__(self, x):
+        if x.__class__ is _arrays.TORCH_TENSOR[0] and _launch._nvtx_annotate is None:
+            # The commonest input, read directly (half the cost of describe()):
+            # only its pointer changes from call to call.
+            dev = x.get_device()
+            if dev >= 0 and x.is_contiguous():
+                n = x.numel()
+                h = _arrays._torch_raw_stream(dev)
+                key = (x.dtype, n, h, dev, _reduce_mod.tile_override())
+                run = self.torch_runs.get(key)
+                if run is None:
+                    if len(self.torch_runs) > 1024:
+                        self.torch_runs.clear()
+                    like = _arrays.describe(x)
+                    run = self.torch_runs[key] = self._make(_flat(like) if like.ndim != 1 else like, n, h,
+                                                            by_pointer=True)
+                if run:
+                    return run(x.data_ptr())
+        if x.__class__ is tuple or _launch._nvtx_annotate is not None:
+            return None
+        like = _arrays.describe(x)
+        if like.ndim != 1:
+            if not like.c_contiguous:
+                return None
+            like = _flat(like)
+        n = like.size
+        h = _arrays.stream_handle(like)
+        key = (like.dtype, n, h, like.device_id, like.library, _reduce_mod.tile_override())
+        run = self.runs.get(key)
+        if run is None:
+            if len(self.runs) > 1024:
+                self.runs.clear()
+            run = self.runs[key] = self._make(like, n, h)
+        return run(like) if run else None
+
+    def _make(self, like, n, h, by_pointer=False):
+        if n == 0 or like.library == "jax" or (by_pointer and like.dtype.kind == "c"):
+            return False
+        o = self.options(like.dtype)
+        prep = _prepare(self.op, (like,), False, None, o.get("acc"), o.get("result"))
+        p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, None,
+                             lift=o.get("lift", "value"), project=o.get("project", "value"),
+                             ddof=o.get("ddof", 0), deterministic=True)
+        if prep.out_vt.is_tuple or not _reduce_mod.one_launch(p):
+            return False
+        out_dt, dev, scalar = prep.out_vt.dtype, like.device_id, _arrays.scalar_result
+        go = _reduce_mod.runner(p, like, scalar(like, out_dt, h)[1], h, dev, by_pointer)
+        if by_pointer:
+            def run_pointer(ptr):
+                obj, out = scalar(like, out_dt, h)
+                go(ptr, out.ptr)
+                return obj
+
+            return run_pointer
+
+        def run(like):
+            obj, out = scalar(like, out_dt, h)
+            go(like, n, out)
+            return obj
+
+        return run
+
+
 def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=None, keepdims=False,
             lift="value", project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False):
     with _launch.nvtx_range(name):
@@ -176,27 +260,62 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
         >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
         (array(45, dtype=int32), array(18, dtype=int32))
     """
+    if (init is None and out is None and stream is None and axis is None and dtype is None
+            and algorithm is None and not keepdims):
+        ex = _express_by_op.get(op)
+        if ex is None:
+            ex = _express_by_op[op] = _Express(op)
+        r = ex(x)
+        if r is not None:
+            return r
     return _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims)
+
+
+_express_by_op = {}
+
+
+def _plain(out, stream, axis, keepdims, algorithm, dtype=None):
+    """Whether a shortcut's call is the :class:`_Express` kind."""
+    return out is None and stream is None and axis is None and not keepdims and algorithm is None and dtype is None
+
+
+_SUM, _PROD, _MIN, _MAX = _Express(plus), _Express(multiplies), _Express(minimum), _Express(maximum)
 
 
 def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
     """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
+    if deterministic and _plain(out, stream, axis, keepdims, algorithm, dtype):
+        r = _SUM(x)
+        if r is not None:
+            return r
     return _reduce(x, plus, None, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims, name="sum")
 
 
 def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
     """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
+    if _plain(out, stream, axis, keepdims, algorithm, dtype):
+        r = _PROD(x)
+        if r is not None:
+            return r
     return _reduce(x, multiplies, None, dtype, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="prod")
 
 
 def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
+    if _plain(out, stream, axis, keepdims, algorithm):
+        r = _MIN(x)
+        if r is not None:
+            return r
     return _reduce(x, minimum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="min",
                    needs_items=True)
 
 
 def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
+    if _plain(out, stream, axis, keepdims, algorithm):
+        r = _MAX(x)
+        if r is not None:
+            return r
     return _reduce(x, maximum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="max",
                    needs_items=True)
 
@@ -205,7 +324,18 @@ def _dtype_of(x):
     return _arrays.describe(x).dtype
 
 
+def _arg_options(dt):
+    return {"lift": "index", "project": "index", "acc": (_types.accumulate(dt), np.int64), "result": np.int64}
+
+
+_ARGMIN, _ARGMAX = _Express(_argmin_op, _arg_options), _Express(_argmax_op, _arg_options)
+
+
 def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
+    if _plain(out, stream, axis, keepdims, algorithm):
+        r = (_ARGMAX if op is _argmax_op else _ARGMIN)(x)
+        if r is not None:
+            return r
     dt = _types.accumulate(_dtype_of(x))  # float16 values compare as float32, exactly
     return _reduce(x, op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    lift="index", project="index",
@@ -245,10 +375,24 @@ _minmax_op.device_reduction = _minmax
 argmin, argmax, minmax = _argmin_op, _argmax_op, _minmax_op
 
 
-def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
-    dt = np.dtype(dtype) if dtype is not None else _types.mean_dtype(_dtype_of(x))
+def _moment_options(project, ddof, dtype, in_dtype):
+    dt = np.dtype(dtype) if dtype is not None else _types.mean_dtype(in_dtype)
     acc = np.float64 if dt.itemsize > 4 or dt == np.float32 else np.float32
     result = (dt, dt) if project == "mean_var" else dt
+    return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
+
+
+_MEAN = _Express(welford, lambda dt: _moment_options("mean", 0, None, dt))
+_VAR = _Express(welford, lambda dt: _moment_options("var", 0, None, dt))
+
+
+def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
+    if project != "mean_var" and ddof == 0 and _plain(out, stream, axis, keepdims, algorithm, dtype):
+        r = (_MEAN if project == "mean" else _VAR)(x)
+        if r is not None:
+            return r
+    o = _moment_options(project, ddof, dtype, _dtype_of(x))
+    acc, result = o["acc"][0], o["result"]
     return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    lift="welford", project=project,
                    ddof=ddof, acc=(acc, acc, acc), result=result, name=name, needs_items=True)

@@ -200,11 +200,16 @@ _TORCH_DEVICES = {}
 _torch = None
 
 
+#: ``[torch.Tensor]`` once torch is in use (else ``[None]``): for exact-type checks.
+TORCH_TENSOR = [None]
+
+
 def _torch_init():
     global _torch
     if _torch is not None:
         return _torch
     import torch
+    TORCH_TENSOR[0] = torch.Tensor
     pairs = [("bool", np.bool_), ("uint8", np.uint8), ("int8", np.int8), ("int16", np.int16),
              ("int32", np.int32), ("int64", np.int64), ("float16", np.float16),
              ("float32", np.float32), ("float64", np.float64), ("complex64", np.complex64),
@@ -663,6 +668,60 @@ def empty(like, shape, dtype, stream=None):
     return _EMPTY_BY_LIB[like.library](like, shape, _np_dtype(dtype), stream)
 
 
+#: 0-d results handed out per batch allocation (torch): see :func:`scalar_result`.
+SCALAR_BATCH = 256
+_scalar_pools = {}
+_scalar_lock = threading.Lock()
+
+
+def scalar_result(like, dtype, stream):
+    """``(obj, Arr)``: a new 0-d result array in ``like``'s library, described
+    as the 1-element 1-D array the kernels write.
+
+    For torch, allocation from Python costs 2-3 us, as much as the kernel launch
+    of a small reduction, so results are carved from batches: one
+    ``torch.empty(SCALAR_BATCH)`` per (device, stream, dtype), split with
+    ``unbind`` into 0-d tensors handed out one per call. Each is an ordinary
+    tensor of its own element (a view that keeps its batch's storage alive); the
+    batch is stream-ordered on ``stream`` (the current stream, raw handle), as a
+    single allocation would be. Other libraries allocate per call.
+    """
+    if like.library != "torch":
+        obj, a = empty(like, (), dtype, stream)
+        return obj, window(a, 0, (1,), (1,))
+    key = (like.device_id, stream, dtype)
+    pool = _scalar_pools.get(key)
+    if pool is not None:
+        try:
+            return pool.pop()
+        except IndexError:
+            pass
+    with _scalar_lock:
+        pool = _scalar_pools.setdefault(key, [])
+        batch, a = _empty_torch(like, (SCALAR_BATCH,), dtype, None)
+        dev, isz = like.device_id, dtype.itemsize
+        views = batch.unbind(0)
+        pool.extend((v, Arr(a.ptr + i * isz, (1,), (1,), dtype, 1, "torch", v, dev))
+                    for i, v in reversed(list(enumerate(views))))
+        return pool.pop()
+
+
+def rebase(a, ptr):
+    """Descriptor ``a`` moved to device pointer ``ptr`` (same length, layout,
+    library): how a bare pointer handed to a bound launch is described again
+    where the launch falls back to the general path. In the simulator ``ptr``
+    must be a simulated array's address (``Arr.ptr`` of one)."""
+    if ptr == a.ptr:
+        return a
+    v = Arr(ptr, a.shape, a.strides, a.dtype, a.size, a.library, None, a.device_id, a.stream)
+    if SIMULATOR:
+        isz = a.itemsize
+        mem = (ctypes.c_byte * max(a.size * isz, 1)).from_address(ptr)
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        v._nb = FakeCUDAArray(np.frombuffer(mem, dtype=a.dtype)[:a.size].reshape(a.shape))
+    return v
+
+
 def to_library(obj, like):
     """The object to return to the user for an output made by :func:`empty`:
     ``obj`` itself, except for JAX, which gets a JAX array (zero-copy DLPack;
@@ -797,9 +856,9 @@ def as_numba(arr):
         return nb
     if arr._base is not None:
         nb = _view_numba(arr)
-    elif arr.library in ("numba", "sim"):
+    elif arr.library in ("numba", "sim") and arr.obj is not None:
         nb = arr.obj
-    else:
+    else:   # foreign memory, or a descriptor made from a bare pointer (rebase)
         desc = {
             "shape": tuple(arr.shape),
             "strides": arr.byte_strides,

@@ -10,11 +10,11 @@ from . import reduce as _reduce
 #: Inputs up to this many tiles go to one block (seed 002's latency path).
 SINGLE_BLOCK_TILES = 1
 
-#: Scans of at least this many elements use reduce-then-scan: on an H200 it
-#: beat the single-pass look-back from 2^22 up (2125 vs 1803 GB/s at 2^28,
-#: int32), while below it its two extra launches cost more than they save
-#: (bench/results/scan-H200-20261121).
-REDUCE_THEN_SCAN_MIN = 1 << 21
+#: Scans of at least this many elements use reduce-then-scan (None: never).
+#: Since the single-pass kernel fits 8 blocks per SM (32 registers, packed
+#: look-back states) it wins at every size on an H200: 90% of copy at 2^28
+#: against reduce-then-scan's 63% (tools/tune_scan.py, 2026-11-21).
+REDUCE_THEN_SCAN_MIN = None
 
 
 def algorithms(kind):
@@ -40,13 +40,12 @@ def choose_reduce(op, acc_vt, n, device_id):
 
 
 def choose_scan(op, in_vt, acc_vt, n):
-    """Single block for at most a tile; the single-pass look-back scan (one
-    launch) for mid sizes; reduce-then-scan for large inputs, where it was
-    measured faster."""
+    """Single block for at most a tile, else the single-pass look-back scan (one
+    launch)."""
     from . import scan
     tile = scan.tile_for(in_vt, acc_vt)
     if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
         return "single_block"
-    if n >= REDUCE_THEN_SCAN_MIN:
+    if REDUCE_THEN_SCAN_MIN is not None and n >= REDUCE_THEN_SCAN_MIN:
         return "reduce_then_scan"
     return "single_pass"

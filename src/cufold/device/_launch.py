@@ -25,6 +25,8 @@ Public API
 ----------
 ``Kernel(py_func, signature, key=None, disk_key=None, name=None, **jit_options)``
 ``Kernel.launch(grid, block, stream, shared_bytes, *args)``
+``Kernel.bind(grid, block, stream, shared_bytes, args, vary) -> go(*new)`` (a call
+made again and again with a new input and output: only their fields are written)
 ``get_kernel(key, factory, disk_key=None, **jit_options) -> Kernel``
 ``workspace(device_id, stream, nbytes) -> (ptr, Arr)``
 ``clear_workspaces()``
@@ -62,6 +64,20 @@ __all__ = ["Kernel", "get_kernel", "workspace", "clear_workspaces", "nvtx_range"
            "NVTX", "LAUNCH_API", "CHECK_CONTEXT", "cache_dir", "LaunchError"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+try:
+    # os.environ.get costs ~0.5 us, a tenth of a small call: tuning knobs are
+    # read from the mapping behind it (kept in step by os.environ, and so by
+    # pytest's monkeypatch) directly.
+    _ENV, _ENCODE = os.environ._data, os.environ.encodekey
+
+    def knob(name):
+        """Environment variable ``name`` (a tuning knob), raw, or None; cheap."""
+        return _ENV.get(_ENCODE(name))
+except AttributeError:  # pragma: no cover - another Python's os.environ
+    def knob(name):
+        """Environment variable ``name`` (a tuning knob), or None."""
+        return os.environ.get(name)
 
 #: Launch through cuLaunchKernel with pre-packed arguments (True), or through
 #: Numba's dispatcher (False). ``CUFOLD_LAUNCH=numba|direct`` sets the default.
@@ -138,7 +154,9 @@ class _Plan:
         self.supported = True
         self.reason = ""
         self._n = 0
+        self.arg_slots = []    # the first parameter slot of each argument
         for i, ty in enumerate(self.signature):
+            self.arg_slots.append(len(self.sizes))
             self._arg(ty, "a%d" % i, "argument %d" % i)
 
     def _tmp(self):
@@ -323,6 +341,9 @@ class _Driver:
             except Exception:
                 if api == "bindings":
                     raise
+        # For pre-converted arguments (Bound): no argtypes, so ctypes only unwraps them.
+        self.launch_raw = lib["cuLaunchKernel"]
+        self.launch_raw.restype = ctypes.c_int
         if self.api is None:
             self.launch = _cfunc(lib, "cuLaunchKernel", [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint,
                                                          c_uint, c_uint, c_void_p, c_void_p, c_void_p])
@@ -726,6 +747,16 @@ class Kernel:
                 self._allow_smem(dev, int(k._codelibrary.get_cufunc().handle), shared_bytes)
             d[grid, block, _numba_stream(stream), shared_bytes](*views)
 
+    def bind(self, grid, block, stream, shared_bytes, args, vary):
+        """``go(*new)``: this launch with the arguments at positions ``vary``
+        replaced by ``new`` (same types and layouts; 1-D arrays for arrays),
+        everything else packed once. A position given as ``(i, "ptr")`` takes
+        a bare device pointer (int) for array ``i``, whose length stays. For a call made many times with a new
+        input and output each time, it skips :meth:`launch`'s per-call checks
+        and descriptor reads (a microsecond or two of host time, all of a small
+        call's cost). Thread-safe; see :class:`Bound`."""
+        return Bound(self, grid, block, stream, shared_bytes, args, vary).go
+
     # --- introspection -----------------------------------------------------------
 
     @property
@@ -739,6 +770,134 @@ class Kernel:
         with self._lock:
             self._pack(*args)
             return bytes(self._buf.raw[:_FIELD * self._nparams])
+
+
+class Bound:
+    """One kernel, one launch configuration, one parameter buffer of its own
+    (see :meth:`Kernel.bind`). ``go(*new)`` writes the varying arguments'
+    fields (a 1-D array's length, pointer and extent; a scalar's value) into
+    the buffer and launches. Where the direct path is unavailable (the
+    simulator, ``CUFOLD_LAUNCH=numba``) ``go`` calls :meth:`Kernel.launch`
+    with the arguments substituted, so callers run the same code everywhere.
+    """
+
+    def __init__(self, kernel, grid, block, stream, shared_bytes, args, vary):
+        self.kernel = kernel
+        self.args = list(args)
+        self.vary = tuple(vary)
+        lock = threading.Lock()
+        n = max(kernel._nparams, 1)
+        self._buf = buf = ctypes.create_string_buffer(_FIELD * n)
+        base = ctypes.addressof(buf)
+        self._ptrs = (ctypes.c_void_p * n)(*[base + _FIELD * i for i in range(n)])
+        with kernel._lock:
+            try:
+                dev = kernel._pack(*args)
+            except Exception as e:
+                raise kernel._arg_error(e) from None
+            ctypes.memmove(buf, kernel._buf, _FIELD * kernel._nparams)
+        ent = None
+        if not (SIMULATOR or not DIRECT or kernel._direct_reason is not None):
+            try:
+                ent = kernel._funcs.get(dev) or kernel._entry(dev)
+            except _NoDirect as e:
+                kernel._direct_reason = str(e)
+        if ent is None:
+            self.go = self._fallback(grid, block, stream, shared_bytes, lock)
+            return
+        func, ctx = ent
+        if shared_bytes > 49152:
+            kernel._allow_smem(dev, func, shared_bytes)
+        gx, gy, gz = (grid, 1, 1) if grid.__class__ is int else _dim3(grid)
+        bx, by, bz = (block, 1, 1) if block.__class__ is int else _dim3(block)
+        drv = _driver()
+        if drv.api == "ctypes" and not drv.check_ctx:
+            # Every argument converted once: the call only unwraps them (the
+            # cheapest way into the driver from Python).
+            u, vp = ctypes.c_uint, ctypes.c_void_p
+            launch, ok = drv.launch_raw, 0
+            cfg = (vp(int(func)), u(gx), u(gy), u(gz), u(bx), u(by), u(bz), u(shared_bytes), vp(stream or None),
+                   vp(ctypes.addressof(self._ptrs)), vp(None))
+        else:
+            launch, ok = drv.launch, drv.ok
+            cfg = (func, gx, gy, gz, bx, by, bz, shared_bytes, drv.stream(stream), ctypes.addressof(self._ptrs), 0)
+        env = {"_kernel": kernel, "_ctx": ctx, "_drv": drv, "_launch_in_ctx": _launch_in_ctx,
+               "_lock": lock, "_s": (ctypes.c_int64 * n).from_buffer(buf), "_launch": launch,
+               "_ok": ok, "_fail": self._failed, "_cfg": cfg}
+        params = ", ".join("v%d" % i for i in range(len(self.vary)))
+        lines = ["def go(%s):" % params, "    with _lock:"]
+        for j, i in enumerate(self.vary):
+            if i.__class__ is tuple:             # (index, "ptr"): only the pointer, as an int
+                lines.append("        _s[%d] = v%d" % (kernel.plan.arg_slots[i[0]] + 4, j))
+                continue
+            first, ty = kernel.plan.arg_slots[i], kernel.signature[i]
+            if isinstance(ty, nbtypes.Array):
+                if ty.ndim != 1:
+                    raise ValueError("cufold: Kernel.bind varies 1-D arrays only")
+                lines.append("        _s[%d] = _s[%d] = v%d.size" % (first + 2, first + 5, j))
+                lines.append("        _s[%d] = v%d.ptr" % (first + 4, j))
+                if ty.layout != "C":
+                    lines.append("        _s[%d] = v%d.strides[0] * %d" % (first + 6, j, v_isz(ty)))
+            elif isinstance(ty, nbtypes.Integer) and ty.bitwidth == 64:
+                lines.append("        _s[%d] = v%d" % (first, j))
+            else:
+                raise ValueError("cufold: Kernel.bind varies arrays and 64-bit integers only, not %s" % ty)
+        # Several GPUs: make this device's context current first (Kernel.launch does the same).
+        lines.append("        res = _launch_in_ctx(_kernel, _ctx, _drv, _cfg)" if drv.check_ctx else
+                     "        res = _launch(*_cfg)")
+        lines.append("    if res != _ok:")
+        lines.append("        _fail(res)")
+        exec(compile("\n".join(lines) + "\n", "<cufold-bound>", "exec"), env)
+        self._ctx, self._cfg, self._lock = ctx, env["_cfg"], lock
+        self._grid_text = "grid=%s block=%s stream=%#x" % (grid, block, stream or 0)
+        self.go = env["go"]
+
+    def _failed(self, res):
+        drv = _drv
+        if _error_code(res) == _CUDA_ERROR_INVALID_CONTEXT and not drv.check_ctx:
+            # this thread has no (or another device's) context current: adopt or push it
+            with self._lock:
+                res = _launch_in_ctx(self.kernel, self._ctx, drv, self._cfg)
+            if res == drv.ok:
+                return
+        raise LaunchError("cufold: launching kernel %s failed: %s; %s"
+                          % (self.kernel.name, drv.error_name(res), self._grid_text))
+
+    def _fallback(self, grid, block, stream, shared_bytes, lock):
+        kernel, args, vary = self.kernel, self.args, self.vary
+
+        def go(*new):
+            with lock:
+                call = list(args)
+                for i, v in zip(vary, new):
+                    if i.__class__ is tuple:     # a new pointer into the same kind of array
+                        i, v = i[0], _arrays.rebase(args[i[0]], v)
+                    call[i] = v
+            kernel.launch(grid, block, stream, shared_bytes, *call)
+
+        return go
+
+
+def v_isz(ty):
+    from numba.np.numpy_support import as_dtype
+    return np.dtype(as_dtype(ty.dtype)).itemsize
+
+
+def _launch_in_ctx(kernel, ctx, drv, cfg):
+    """cuLaunchKernel(*cfg) with ``ctx`` current (as :meth:`Kernel._launch_in`)."""
+    out = ctypes.c_void_p()
+    drv.ctx_get(ctypes.addressof(out))
+    cur = out.value
+    if cur == ctx:
+        return drv.launch(*cfg)
+    if cur is None:
+        drv.ctx_set(ctx)
+        return drv.launch(*cfg)
+    drv.ctx_push(ctx)
+    try:
+        return drv.launch(*cfg)
+    finally:
+        drv.ctx_pop(ctypes.addressof(out))
 
 
 def _dim3(d):

@@ -4,49 +4,63 @@ What ``torch.Tensor.index_add_``, ``torch.Tensor.scatter_reduce_`` and
 ``cupyx.scatter_add`` do, with any cufold operator, keys of any integer
 width, and a choice of algorithms (``ALGORITHMS``; seed 001):
 
-==========  ===========================================================================
-name        how values meet their key's slot of ``out``
-==========  ===========================================================================
-``atomic``  one atomic per element (the baseline; what the peers do)
-``warp``    seed 001's warp aggregation: each warp finds its lanes holding the same key
-            (``cufold.warp.peers``: ``match_any_sync``), reduces every group of peers
-            (``cufold.warp.reduce_peers``), and the group's first lane does one atomic:
-            one atomic per key per 32 elements
-``block``   the same, one level up: the group totals of all warps of a block go to a
-            per-block shared-memory hash table (open addressing, CAS on the key slot,
-            a shared-memory update of the value); the table is flushed with one global
-            update per entry when it is half full and at the end. Each block owns a
-            contiguous range of tiles, so keys that repeat across warps and tiles
-            (sorted or nearly sorted keys) meet in shared memory. A full neighbourhood
-            (after a few probes) falls back to the global update. Needs an operator
-            with an identity (the table's empty value).
-``sorted``  deterministic: a segmented reduction over the runs of equal keys, folded in
-            sequence order (a block-wide segmented scan per tile; the runs that cross
-            tiles are reduced again, recursively, one level per factor ~1000), then
-            **one** update per run. With grouped keys (every key one run, e.g. sorted
-            keys) every key of ``out`` is updated exactly once, so floating-point
-            results have the same bits every run, and non-commutative operators give
-            the sequential fold. Keys that are not grouped still give a correct result
-            (each run is one atomic update), only not bitwise reproducible.
-==========  ===========================================================================
+============  =========================================================================
+name          how values meet their key's slot of ``out``
+============  =========================================================================
+``atomic``    one atomic per element (the baseline; what the peers do)
+``warp``      seed 001's warp aggregation: each warp finds its lanes holding the same
+              key (``cufold.warp.peers``: ``match_any_sync``), reduces every group of
+              peers (``cufold.warp.reduce_peers``), and the group's first lane does one
+              atomic: one atomic per key per 32 elements
+``block``     the same, one level up: the group totals of all warps of a block go to a
+              per-block shared-memory hash table (open addressing, CAS on the key
+              slot, a shared-memory update of the value); the table is flushed with one
+              global update per entry when it is half full and at the end. Each block
+              owns a contiguous range of tiles. Needs an operator with an identity.
+``sorted``    deterministic: a segmented reduction over the runs of equal keys, folded
+              in sequence order (a block-wide segmented scan per tile; the runs that
+              cross tiles are reduced again, recursively, one level per factor ~1000),
+              then **one** update per run. With grouped keys (every key one run, e.g.
+              sorted keys) every key of ``out`` is updated exactly once, so
+              floating-point results have the same bits every run, and non-commutative
+              operators give the sequential fold. Keys that are not grouped still give
+              a correct result (each run is one atomic update), only not bitwise
+              reproducible.
+``runs``      adjacent runs: a warp's span (``32 x VT`` consecutive elements, rows of
+              32) is reduced run by run (a segmented shfl_up scan bounded by the run
+              heads' ballot), and a run crossing rows is carried to the next row, so a
+              run costs one atomic per span; a row whose 32 keys all differ from their
+              left neighbours (random keys) does one atomic per element at once
+``adaptive``  ``runs``, but a row with more than ``RUNS_MAX`` of 32 run heads (keys
+              that repeat, but not next to each other) groups by ``match_any`` instead
+``table``     ``runs``, but those rows fold every element into a per-block shared hash
+              table (multiplicative hash, CAS-claimed key, shared atomic on the value;
+              no match_any), flushed with one update per key after each tile: keys that
+              repeat anywhere in the tile (2048 elements) meet there. Needs an identity.
+============  =========================================================================
 
-**The automatic choice is made inside the kernels, per warp, with no host round
-trip.** Seed 001 shows aggregation pays only when keys correlate with position and
-loses on random keys. A sampled host-side estimate (the fraction of equal
-neighbours) would need a synchronisation (~10 us) and would also misjudge seed 001's
-"shifted" order: only 12% of its neighbours are equal, yet warp aggregation halves
-its atomics. Instead the ``warp`` and ``block`` kernels ask each warp, for every 32
-elements, one ``match_any_sync``: when all 32 keys are distinct (random keys over a
-large range) the warp takes the plain-atomic path at once (a warp-uniform branch, no
-peer reduction, no shared memory); otherwise it aggregates. The default
-(``algorithm=None``) is ``AUTO`` (``block``) for operators with an identity, ``warp``
-for the others, and ``sorted`` for non-commutative operators and for
-``deterministic=True`` on floating point.
+**The automatic choice is made inside the kernels, per row of 32 elements, with no
+host round trip.** Every row asks one ballot: which lanes start a run (key unlike the
+element before; lane 0 looks at the previous row's lane 31 through a rotating
+shuffle). All 32 heads (random keys): plain atomics, nothing else (a warp-uniform
+branch). At most ``RUNS_MAX`` (16) heads (sorted or grouped keys): runs. More: the
+keys repeat out of order, or not at all; ``table`` merges what repeats within the
+tile. Seed 001's box (10^7 values, 10^6 cells) then issues, per call: ordered keys
+1.06 M updates (one per run of 10, and the runs split at span ends), shifted keys 3.0 M
+(the particles a cell receives from its 8 neighbours meet within 2048 elements; per row
+of 32 with match_any it would be 4.7 M, by runs 8.8 M), random keys 10 M (nothing
+repeats within reach; ``tools/tune_bykey.py`` models these counts). A host-side estimate would need a synchronisation and would misjudge
+"shifted" (12% equal neighbours, yet 70% of its updates merge). The default
+(``algorithm=None``) is ``AUTO`` (``runs``) for commutative operators, with an
+identity or without (``AUTO_NO_IDENTITY``), and ``sorted`` for
+non-commutative operators and for ``deterministic=True`` on floating point. Floors and
+predictions: docs/performance.md, "Reduce by key".
 
 Operators and dtypes. ``out`` must have a 32- or 64-bit dtype (int32, uint32, int64,
 uint64, float32, float64). ``plus`` uses the hardware atomic add on all six,
 ``minimum``/``maximum`` the hardware atomic min/max on the integer ones and
-``bit_and``/``bit_or``/``bit_xor`` theirs. Every other case (``minimum``/``maximum``
+``bit_and``/``bit_or``/``bit_xor`` theirs; an atomic whose result is unused compiles to a
+fire-and-forget ``RED`` (checked in SASS). Every other case (``minimum``/``maximum``
 on floats, ``multiplies``, ``logical_*``, your own ``cufold.Op``) runs a
 compare-and-swap loop on the output word (a float's bits): load, combine, and
 ``cuda.atomic.cas``, retried when another thread changed the word in between; when
@@ -55,22 +69,27 @@ no CAS at all. Without contention that is a load plus a CAS, about twice a hardw
 atomic (Numba's own ``cuda.atomic.max`` on floats is such a loop too). Under
 contention it degrades: with ``k`` threads on one word each success costs up to ``k``
 attempts, so ``algorithm='atomic'`` on a single hot key is quadratic in the resident
-threads; ``warp`` (one contender per warp), ``block`` (one per block and flush) and
-``sorted`` (one per run) bound the contenders.
+threads; the aggregating algorithms bound the contenders (one per run, group or table
+entry).
 
 NaN: ``minimum``/``maximum`` propagate NaN as ``np.minimum.at``/``np.maximum.at``: a
 NaN value makes ``out[key]`` NaN, and a NaN already in ``out`` stays. (Numba's
 ``cuda.atomic.max`` on floats ignores a NaN operand, hence the loop above.)
 
 Keys outside ``[0, len(out))`` are never written. They are detected on the device
-(one compare per element): with ``check=True`` (default) the call synchronises the
-stream and raises ``IndexError`` naming the first bad position and its key (the
-call's valid keys have been applied by then); with
-``check=False`` there is no synchronisation and bad keys are skipped silently (so a
-negative key can serve as "drop this element").
+(one unsigned compare per element): with ``check=True`` (default) the call
+synchronises the stream and raises ``IndexError`` naming the first bad position and
+its key (the call's valid keys have been applied by then); a call with no bad key
+pays the synchronisation and one read of a mapped (zero-copy) host word that the
+kernels set only when they meet a bad key (``_Status``). With ``check=False`` there is
+no synchronisation and bad keys are skipped silently (so a negative key can serve as
+"drop this element").
 
 Tuning: ``CUFOLD_BYKEY_TILE=NTxVT[xSLOTS]`` overrides threads per block, items per
-thread and shared-table slots (a power of two).
+thread and shared-table slots (a power of two), ``CUFOLD_BYKEY_RUNS`` the run-head
+limit, ``CUFOLD_BYKEY_LOAD=cs|ca`` the inputs' cache hint (``GPU_TILES``, ``RUNS_MAX``,
+``LOAD_HINT``). ``tools/tune_bykey.py`` times every variant on a GPU, or compiles them
+for sm_90 without one.
 """
 
 import collections
@@ -87,11 +106,16 @@ from ..values import ValueType
 from . import _arrays, _launch
 from .reduce import launch
 
-__all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "plan", "tile_for"]
+__all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan", "tile_for"]
 
-ALGORITHMS = ("atomic", "warp", "block", "sorted")
-#: What ``algorithm=None`` runs for commutative operators with an identity (see the module doc).
-AUTO = "block"
+ALGORITHMS = ("atomic", "warp", "block", "sorted", "runs", "adaptive", "table")
+#: What ``algorithm=None`` runs for commutative operators with an identity (see the module
+#: doc). ``runs`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-21: seed
+#: 001's ordered keys 1.9x cupyx.scatter_add, shifted 1.1x, random 1.0x; ``table`` 1.3x,
+#: 0.8x, 1.0x; ``warp`` 0.95x, 1.3x, 1.0x).
+AUTO = "runs"
+#: ... and for commutative operators without one (``runs`` needs none).
+AUTO_NO_IDENTITY = "runs"
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -109,19 +133,36 @@ POS_MASK = (1 << POS_BITS) - 1
 EPOCH_LIMIT = (1 << (63 - POS_BITS)) - 1
 MAX_PROBES_GPU = 8
 MAX_PROBES_SIM = 4
+#: ``adaptive``/``table``: a row of 32 elements with at most this many run heads is
+#: reduced by runs; with more (but not all 32) by ``match_any`` peers / the shared table.
+#: ``CUFOLD_BYKEY_RUNS``.
+RUNS_MAX = 16
+#: Cache hint of the key and value loads: "cs" (evict first: the streamed inputs do
+#: not push ``out`` out of L2) or "ca" (plain). ``CUFOLD_BYKEY_LOAD``.
+LOAD_HINT = "cs"
+#: Blocks of the one-tile-per-block kernels (all but ``block`` and ``sorted``): one block
+#: per tile up to this many, then a block-stride loop.
+GRID_CAP = 4 if SIMULATOR else 1 << 16
 
-Tile = collections.namedtuple("Tile", "nt vt slots")
+#: Threads, items per thread and table slots on a GPU (``None``: the warp-level kernels).
+#: 4 items keep ``runs``/``atomic`` near 32 registers (full occupancy); ``table`` keeps a
+#: 2048-element tile (its merge window) with 16 warps; see docs/performance.md.
+GPU_TILES = {None: (256, 4, 0), "table": (512, 4, 2048), "block": (256, 8, 2048), "sorted": (256, 8, 0)}
+
+Tile = collections.namedtuple("Tile", "nt vt slots runs_max hint")
 Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order")
 
 
 # --- sizes -------------------------------------------------------------------------------
 
 def tile_for(algorithm):
-    """Threads per block, items per thread and shared-table slots.
+    """Threads per block, items per thread, shared-table slots (``block``, ``table``), the
+    run-head limit (``adaptive``, ``table``) and the load cache hint (``GPU_TILES``).
 
     The simulator uses tiny tiles (64 x 2 items, 64 slots, 4 probes) so that small
     test inputs cross tiles, fill the table and take the fallback path.
-    ``CUFOLD_BYKEY_TILE=NTxVT[xSLOTS]`` overrides (for study and tests).
+    ``CUFOLD_BYKEY_TILE=NTxVT[xSLOTS]``, ``CUFOLD_BYKEY_RUNS=N`` and
+    ``CUFOLD_BYKEY_LOAD=cs|ca`` override (for study and tests).
     """
     forced = os.environ.get("CUFOLD_BYKEY_TILE")
     if forced:
@@ -131,18 +172,24 @@ def tile_for(algorithm):
     elif SIMULATOR:
         nt, vt, slots = 64, 2, 64
     else:
-        nt, vt, slots = 256, 8, 2048
-    if nt % 32 or not 32 <= nt <= 1024 or vt < 1 or slots < 32 or slots & (slots - 1):
+        nt, vt, slots = GPU_TILES.get(algorithm, GPU_TILES[None])
+    tables = algorithm in ("block", "table")
+    if nt % 32 or not 32 <= nt <= 1024 or vt < 1 or (tables and (slots < 32 or slots & (slots - 1))):
         raise ValueError("cufold: bad CUFOLD_BYKEY_TILE %r: threads a multiple of 32 in 32..1024, "
                          "items >= 1, slots a power of two >= 32" % forced)
-    return Tile(nt, vt, slots if algorithm == "block" else 0)
+    runs_max = int(os.environ.get("CUFOLD_BYKEY_RUNS", RUNS_MAX))
+    hint = os.environ.get("CUFOLD_BYKEY_LOAD", LOAD_HINT)
+    if not 0 <= runs_max <= 31 or hint not in ("cs", "ca"):
+        raise ValueError("cufold: bad CUFOLD_BYKEY_RUNS (0..31) or CUFOLD_BYKEY_LOAD (cs, ca)")
+    return Tile(nt, vt, slots if tables else 0,
+                runs_max if algorithm in ("adaptive", "table") else 0, hint)
 
 
 def _smem_bytes(spec):
-    if spec.algorithm != "block":
+    if spec.algorithm not in ("block", "table"):
         return 0
     key_bytes = 8 if spec.wide else 4
-    return spec.tile.slots * (key_bytes + spec.out_dt.itemsize) + 16
+    return spec.tile.slots * (key_bytes + spec.out_dt.itemsize) + (16 if spec.algorithm == "block" else 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,17 +220,24 @@ def _bits_dtype(mode, dt):
     return _BITS[dt.itemsize] if mode == "cas" and dt.kind == "f" else dt
 
 
+def _index_expr(wide):
+    """A non-negative index expression for ``cuda.atomic.*`` (which casts it to a signed
+    intp and adds Numba's negative-index wraparound unless the sign bit is known clear)."""
+    return "(np.uint64(idx) & np.uint64(0x7FFFFFFFFFFFFFFF))" if wide else "np.uint32(idx)"
+
+
 @functools.lru_cache(maxsize=None)
-def _updater(op, out_dt, mode):
+def _updater(op, out_dt, mode, wide=True):
     """Device function ``update(out, bits, idx, v)``: ``out[idx] = op(out[idx], v)``,
-    atomically. ``bits`` is ``out`` itself, or (a float operator without a hardware
-    atomic) an integer view of the same memory, for the compare-and-swap loop, which
-    skips the CAS when the operator leaves the word unchanged (``max`` below the
-    current value: a load only)."""
+    atomically (``idx >= 0``; ``wide``: it may exceed int32). ``bits`` is ``out``
+    itself, or (a float operator without a hardware atomic) an integer view of the
+    same memory, for the compare-and-swap loop, which skips the CAS when the operator
+    leaves the word unchanged (``max`` below the current value: a load only). A hardware
+    atomic whose result is unused compiles to a fire-and-forget ``RED`` (checked in SASS)."""
     env = {"T": out_dt.type, "I": _BITS[out_dt.itemsize].type}
     if mode == "hw":
         src = ("def update(out, bits, idx, v):\n"
-               "    cuda.atomic.%s(out, np.uint64(idx), v)\n" % op.atomic)
+               "    cuda.atomic.%s(out, %s, v)\n" % (op.atomic, _index_expr(wide)))
         return _codegen.build(src, "update", env)
     env["combine"] = op.combine(ValueType.of(out_dt))
     if out_dt.kind == "f":
@@ -193,7 +247,7 @@ def _updater(op, out_dt, mode):
     else:
         word, step = "out", "combine(old, v)"
     src = ("def update(out, bits, idx, v):\n"
-           "    u = np.uint64(idx)\n"
+           "    u = {i}\n"
            "    old = {w}[u]\n"
            "    while True:\n"
            "        new = {s}\n"
@@ -202,43 +256,52 @@ def _updater(op, out_dt, mode):
            "        seen = cuda.atomic.cas({w}, u, old, new)\n"
            "        if seen == old:\n"
            "            break\n"
-           "        old = seen\n").format(w=word, s=step)
+           "        old = seen\n").format(w=word, s=step, i=_index_expr(wide))
     return _codegen.build(src, "update", env)
 
 
 @cuda.jit(device=True)
 def _record(status, slot, epoch, i):
-    cuda.atomic.max(status, slot, (epoch << POS_BITS) | (POS_MASK - i))
+    """Record bad position ``i`` in ``status = (words, flag)`` (see ``_Status``)."""
+    cuda.atomic.max(status[0], slot, (epoch << POS_BITS) | (POS_MASK - i))
+    status[1][0] = epoch      # the same value from every recording thread: a plain store
 
 
 @functools.lru_cache(maxsize=None)
-def _loader(key_dt, val_dt, out_dt, wide):
+def _loader(key_dt, val_dt, out_dt, wide, full=False, hint="ca"):
     """Device function ``load(keys, values, n, m, i) -> (idx, value, ok, bad)``:
     ``idx`` the key as the index type (int32, int64 when ``wide``), -1 unless ``ok``
-    (``i < n`` and the key in ``[0, m)``); ``bad``: ``i < n`` and the key out of range."""
-    env = {"IT": np.int64 if wide else np.int32, "T": out_dt.type}
-    if key_dt.kind == "u":
-        test = "k < np.uint64(m)"
+    (``i < n`` and the key in ``[0, m)``); ``bad``: ``i < n`` and the key out of range.
+    ``full``: the caller knows ``i < n``. ``hint='cs'``: streaming loads (``cuda.ldcs``,
+    evict first), for integer and float arrays."""
+    # One unsigned compare tests both ends (a negative key wraps to a huge one); 32 bits
+    # when key and m fit (m < 2**31 unless wide).
+    ct = np.uint32 if key_dt.itemsize <= 4 and not wide else np.uint64
+    env = {"IT": np.int64 if wide else np.int32, "T": out_dt.type, "CT": ct}
+    get_k = "cuda.ldcs(keys, u)" if hint == "cs" else "keys[u]"
+    get_v = "cuda.ldcs(values, u)" if hint == "cs" and val_dt.kind in "iuf" else "values[u]"
+    # cuda.ldcs casts the index to a signed intp and adds Numba's negative-index
+    # wraparound unless the sign bit is known clear
+    take = ["u = np.uint64(i) & np.uint64(0x7FFFFFFFFFFFFFFF)" if hint == "cs" else "u = np.uint64(i)",
+            "k = %s" % get_k,
+            "ok = CT(k) < CT(m)",
+            "return (IT(k) if ok else IT(-1)), T(%s), ok, not ok" % get_v]
+    if full:
+        lines = ["    " + s for s in take]
     else:
-        test = "k >= 0 and k < m"
-    src = ("def load(keys, values, n, m, i):\n"
-           "    if i < n:\n"
-           "        u = np.uint64(i)\n"
-           "        k = keys[u]\n"
-           "        ok = %s\n"
-           "        return (IT(k) if ok else IT(-1)), T(values[u]), ok, not ok\n"
-           "    return IT(-1), T(0), False, False\n" % test)
+        lines = ["    if i < n:"] + ["        " + s for s in take] + ["    return IT(-1), T(0), False, False"]
+    src = "def load(keys, values, n, m, i):\n" + "\n".join(lines) + "\n"
     return _codegen.build(src, "load", env)
 
 
-# --- atomic / warp / block kernels --------------------------------------------------------
+# --- atomic / warp / block rows -----------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _slot(spec):
-    """Device function processing one element per lane of a warp (32 consecutive
-    elements): ``slot(out, bits, idx, v, ok[, table...])``."""
+    """Device function processing one row (32 consecutive elements, one per lane) of
+    ``atomic``, ``warp`` or ``block``: ``slot(out, bits, idx, v, ok[, table...])``."""
     out_vt = ValueType.of(spec.out_dt)
-    update = _updater(spec.op, spec.out_dt, spec.mode)
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     if spec.algorithm == "atomic":
         @cuda.jit(device=True)
         def atomic_slot(out, bits, idx, v, ok):
@@ -307,63 +370,330 @@ def _slot(spec):
     return block_slot
 
 
+# --- runs / adaptive rows -----------------------------------------------------------------
+
 @functools.lru_cache(maxsize=None)
-def _tile_body(spec):
-    """Device function: one warp's share of a tile, ``32 x VT`` consecutive elements,
-    lane ``l`` holding elements ``first + 32 j`` (coalesced). All loads are issued
-    before the first element is processed (generated, unrolled code)."""
+def _heads(wide):
+    """Device functions ``first(idx)`` and ``following(previous_idx, idx)`` -> uint32
+    ballot of the lanes whose key differs from the element before (a run head). Row
+    ``j`` of a span follows row ``j - 1`` in memory, so lane 0's left neighbour is
+    lane 31 of the previous row: one rotate-by-one shuffle serves both (lane 31, whose
+    own key no lane reads, supplies the previous row's). Row 0's lane 0 is a head."""
+    it = np.int64 if wide else np.int32
+
+    @cuda.jit(device=True)
+    def first(idx):
+        left = cuda.shfl_up_sync(FULL_MASK, it(idx), 1)
+        return np.uint32(cuda.ballot_sync(FULL_MASK, cuda.laneid == 0 or idx != left))
+
+    @cuda.jit(device=True)
+    def following(prev, idx):
+        lane = cuda.laneid
+        left = cuda.shfl_sync(FULL_MASK, prev if lane == 31 else idx, (lane + 31) & 31)
+        return np.uint32(cuda.ballot_sync(FULL_MASK, idx != left))
+
+    return first, following
+
+
+@functools.lru_cache(maxsize=None)
+def _by_runs(algorithm, runs_max):
+    """Device function ``by_runs(heads) -> bool``: whether a row is reduced by runs
+    (warp-uniform). Rows where every lane is a head take plain atomics instead."""
+    if algorithm == "runs":
+        @cuda.jit(device=True)
+        def by_runs(heads):
+            return heads != np.uint32(FULL_MASK)
+    else:
+        @cuda.jit(device=True)
+        def by_runs(heads):
+            return cuda.popc(heads) <= runs_max
+    return by_runs
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_part(spec):
+    """Device function ``runs(out, bits, idx, v, heads, cin, cout, carry) -> carry``: a
+    row's runs of equal keys reduced by an inclusive segmented scan (shfl_up steps
+    bounded by the lane's distance to its run head; the 8 and 16 steps only when some
+    run is that long), then one update by the last lane of each run. The run ending at
+    lane 31 may continue in the next row (``cout``): its total is broadcast as
+    ``carry`` instead, and the next row's first run (``cin``) folds it in, so a run
+    costs one update per span whatever the rows it crosses. Operands are combined in
+    sequence order (``combine(earlier, later)``)."""
+    out_vt = ValueType.of(spec.out_dt)
+    combine = spec.op.combine(out_vt)
+    up = out_vt.shuffle("up")
+    broadcast = out_vt.shuffle("idx")
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    full = np.uint32(FULL_MASK)
+    top = np.uint32(0x80000000)
+
+    @cuda.jit(device=True)
+    def step(v, dist, offset):
+        o = up(FULL_MASK, v, offset)
+        if dist >= offset:
+            v = combine(o, v)
+        return v
+
+    @cuda.jit(device=True)
+    def runs(out, bits, idx, v, heads, cin, cout, carry):
+        lane = np.uint32(cuda.laneid)
+        below = full >> (np.uint32(31) - lane)              # lanes 0..lane
+        # lane 0 always starts a segment (a run continued from the previous row too:
+        # the carry is folded in at the segment's end). Numba types ``uint32 | uint32``
+        # as uint64 (NumPy keeps uint32, so the simulator cannot tell): without the cast
+        # ``clz`` counts 64 bits (``clz.b64``), ``start`` is off by 32 and every lane
+        # scans across run heads (wrong sums on a GPU only; ``test_runs_ptx_clz_32``).
+        start = np.int32(31) - np.int32(cuda.clz(np.uint32((heads | np.uint32(1)) & below)))
+        dist = np.int32(np.int32(lane) - start)            # 32-bit compares below
+        v = step(v, dist, 1)
+        v = step(v, dist, 2)
+        v = step(v, dist, 4)
+        if cuda.any_sync(FULL_MASK, dist >= 8):
+            v = step(v, dist, 8)
+            if cuda.any_sync(FULL_MASK, dist >= 16):
+                v = step(v, dist, 16)
+        tail = (((heads >> np.uint32(1)) | top) >> lane) & np.uint32(1) != 0
+        if cin and tail and (heads & below) == 0:
+            v = combine(carry, v)
+        if tail and idx >= 0 and not (cout and lane == 31):
+            update(out, bits, idx, v)
+        if cout:
+            carry = broadcast(FULL_MASK, v, 31)
+        return carry
+
+    return runs
+
+
+def _table_layout(spec):
+    """(key type, word dtype, identity word) of the ``table``/``block`` shared tables:
+    values as ``out`` holds them, or their bits for a float CAS loop (the same update
+    works on either: ``update(table, table, slot, v)``)."""
+    kt = np.int64 if spec.wide else np.int32
+    out_vt = ValueType.of(spec.out_dt)
+    table_dt = _bits_dtype(spec.mode, spec.out_dt)
+    identity = out_vt.make(spec.op.identity_for(out_vt))
+    if table_dt != spec.out_dt:
+        identity = identity.view(table_dt)     # the identity's bits
+    return kt, table_dt, identity
+
+
+@functools.lru_cache(maxsize=None)
+def _table_insert(spec):
+    """Device function ``insert(out, bits, idx, v, tkeys, tvals)`` (``idx >= 0``): fold
+    ``v`` into the slot of ``idx`` in a block's shared table (multiplicative hash,
+    linear probing, the key claimed by compare-and-swap, the value updated with a
+    shared atomic); after a few occupied probes, straight to ``out``."""
+    slots = spec.tile.slots
+    log2 = slots.bit_length() - 1
+    mask = np.uint32(slots - 1)
+    probes = MAX_PROBES_SIM if SIMULATOR else MAX_PROBES_GPU
+    empty = -1
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    wide = spec.wide
+    golden = np.uint64(0x9E3779B1)
+    shift = np.uint64(32 - log2)
+
+    @cuda.jit(device=True)
+    def insert(out, bits, idx, v, tkeys, tvals):
+        x = np.uint64(idx)
+        if wide:
+            x = x ^ (x >> np.uint64(32))
+        # the top bits of the low word of key * golden ratio (Fibonacci hashing): local
+        # keys (shifted orders: a few clusters of consecutive keys) spread evenly
+        s = np.uint32(((x & np.uint64(0xFFFFFFFF)) * golden >> shift) & np.uint64(slots - 1))
+        for _ in range(probes):
+            cur = tkeys[s]
+            if cur == empty:
+                cur = cuda.atomic.cas(tkeys, s, empty, idx)
+                if cur == empty:
+                    cur = idx
+            if cur == idx:
+                update(tvals, tvals, s, v)
+                return
+            s = (s + np.uint32(1)) & mask
+        update(out, bits, idx, v)
+
+    return insert
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_row(spec):
+    """Device function ``row(out, bits, idx, v, heads, runs, cin, cout, carry[, tkeys,
+    tvals]) -> carry`` of ``runs``, ``adaptive`` and ``table``: one row of 32
+    consecutive elements (lane order). A row where every lane is a run head (random
+    keys) does one update per lane; a row with ``runs`` (see ``_by_runs``) is reduced
+    by runs (``_runs_part``). The others, with more than ``runs_max`` heads, but not
+    all: ``adaptive`` groups them by ``match_any`` peers, reduced per group, one update
+    per distinct key of the row; ``table`` folds each element into the block's shared
+    table (flushed to ``out`` by the kernel), which merges the keys that repeat
+    anywhere in the tile."""
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    runs_part = _runs_part(spec)
+    full = np.uint32(FULL_MASK)
+    alg = spec.algorithm
+
+    if alg == "table":
+        insert = _table_insert(spec)
+
+        @cuda.jit(device=True)
+        def table_row(out, bits, idx, v, heads, runs, cin, cout, carry, tkeys, tvals):
+            if heads == full or runs:
+                if heads == full:
+                    if idx >= 0:
+                        update(out, bits, idx, v)
+                    return carry
+                return runs_part(out, bits, idx, v, heads, cin, cout, carry)
+            if idx >= 0:
+                insert(out, bits, idx, v, tkeys, tvals)
+            return carry
+
+        return table_row
+
+    by_match = alg == "adaptive"
+    find_peers = warp.peers(np.int64 if spec.wide else np.int32)
+    group_total = warp.reduce_peers(spec.op, ValueType.of(spec.out_dt))
+
+    @cuda.jit(device=True)
+    def row(out, bits, idx, v, heads, runs, cin, cout, carry):
+        if heads == full:
+            if idx >= 0:
+                update(out, bits, idx, v)
+            return carry
+        if by_match and not runs:
+            p = find_peers(idx)
+            s = group_total(p, v)
+            if idx >= 0 and cuda.ffs(p) - 1 == cuda.laneid:
+                update(out, bits, idx, s)
+            return carry
+        return runs_part(out, bits, idx, v, heads, cin, cout, carry)
+
+    return row
+
+
+@functools.lru_cache(maxsize=None)
+def _span_body(spec, full):
+    """Device function: one warp's share of a tile, ``32 x VT`` consecutive elements
+    (a span), lane ``l`` holding elements ``first + 32 j`` (row ``j``: coalesced). All
+    loads are issued before the first row is processed (generated, unrolled code);
+    ``full`` spans (inside ``n``) skip the ``i < n`` tests. ``table``'s returns whether
+    a row used the shared table."""
     vt = spec.tile.vt
-    table = spec.algorithm == "block"
-    extra = ", tkeys, tvals, count" if table else ""
+    alg = spec.algorithm
+    extra = {"block": ", tkeys, tvals, count", "table": ", tkeys, tvals"}.get(alg, "")
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first%s):" % extra]
     for j in range(vt):
         lines.append("    k%d, v%d, ok%d, bad%d = load(keys, values, n, m, first + %d)" % (j, j, j, j, 32 * j))
+    # one branch for the (rare) bad keys of the span
+    lines.append("    if (%s) and epoch > 0:" % " or ".join("bad%d" % j for j in range(vt)))
     for j in range(vt):
-        lines.append("    if bad%d and epoch > 0:" % j)
-        lines.append("        record(status, 0, epoch, first + %d)" % (32 * j))
-        lines.append("    slot(out, bits, k%d, v%d, ok%d%s)" % (j, j, j, extra))
-    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide), "record": _record,
-           "slot": _slot(spec)}
+        lines.append("        if bad%d:" % j)
+        lines.append("            record(status, 0, epoch, first + %d)" % (32 * j))
+    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
+           "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK)}
+    if alg in ("runs", "adaptive", "table"):
+        env["first_heads"], env["heads"] = _heads(spec.wide)
+        env["by_runs"] = _by_runs(alg, spec.tile.runs_max)
+        env["row"] = _runs_row(spec)
+        lines.append("    h0 = first_heads(k0)")
+        lines += ["    h%d = heads(k%d, k%d)" % (j, j - 1, j) for j in range(1, vt)]
+        lines += ["    r%d = by_runs(h%d)" % (j, j) for j in range(vt)]
+        # a run continues from row j into row j + 1: both reduced by runs, and row j + 1's
+        # lane 0 is no head
+        lines += ["    c%d = r%d and r%d and (h%d & 1) == 0" % (j, j, j + 1, j + 1) for j in range(vt - 1)]
+        lines.append("    c%d = False" % (vt - 1))
+        lines.append("    carry = T(0)")
+        for j in range(vt):
+            lines.append("    carry = row(out, bits, k%d, v%d, h%d, r%d, %s, c%d, carry%s)"
+                         % (j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j, extra))
+        if alg == "table":
+            lines.append("    return %s" % " or ".join("(h%d != FULL and not r%d)" % (j, j) for j in range(vt)))
+    else:
+        env["slot"] = _slot(spec)
+        lines += ["    slot(out, bits, k%d, v%d, ok%d%s)" % (j, j, j, extra) for j in range(vt)]
     return _codegen.build("\n".join(lines) + "\n", "body", env)
+
+
+# --- kernels ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _value_of(spec):
+    """Device function: a table word as ``out``'s dtype (floats of a CAS loop: from bits)."""
+    if _bits_dtype(spec.mode, spec.out_dt) != spec.out_dt:
+        return _codegen.build("def value_of(w):\n    return w.view(T)\n", "value_of", {"T": spec.out_dt.type})
+    return _codegen.build("def value_of(w):\n    return w\n", "value_of")
 
 
 @functools.lru_cache(maxsize=None)
 def scatter_kernel(spec):
-    """The kernel of ``atomic``/``warp``/``block``:
-    ``(keys, values, out, bits, n, m, status, epoch)``. Block ``b`` owns a contiguous
-    range of tiles; every lane of a warp runs the same iterations (collectives)."""
-    nt, vt, slots = spec.tile
+    """The kernel of ``atomic``/``warp``/``runs``/``adaptive``/``table``/``block``:
+    ``(keys, values, out, bits, n, m, status, epoch)``. Every lane of a warp runs the
+    same iterations (collectives). ``block``: block ``b`` owns a contiguous range of
+    tiles (its shared table persists across them). The others: one tile per block (a
+    block-stride loop beyond ``GRID_CAP``), so the hardware balances blocks over the
+    SMs whatever the occupancy, and the resident blocks work on neighbouring tiles;
+    ``table`` flushes its shared table after each tile that used it."""
+    nt, vt = spec.tile.nt, spec.tile.vt
     tile = nt * vt
     span = 32 * vt
-    body = _tile_body(spec)
+    full_body = _span_body(spec, True)
+    part_body = _span_body(spec, False)
 
-    if spec.algorithm != "block":
+    if spec.algorithm not in ("block", "table"):
         def scatter(keys, values, out, bits, n, m, status, epoch):
-            tid = cuda.threadIdx.x
-            tiles = (n + tile - 1) // tile
-            per = (tiles + cuda.gridDim.x - 1) // cuda.gridDim.x
-            t0 = cuda.blockIdx.x * per
-            t1 = min(tiles, t0 + per)
-            offset = (tid // 32) * span + cuda.laneid
-            for t in range(t0, t1):
-                body(keys, values, out, bits, n, m, status, epoch, t * tile + offset)
+            tiles = (n + (tile - 1)) // tile
+            offset = (cuda.threadIdx.x // 32) * span + cuda.laneid
+            t = np.int64(cuda.blockIdx.x)
+            while t < tiles:
+                base = t * tile
+                if base + tile <= n:
+                    full_body(keys, values, out, bits, n, m, status, epoch, base + offset)
+                else:
+                    part_body(keys, values, out, bits, n, m, status, epoch, base + offset)
+                t += cuda.gridDim.x
 
         return scatter
 
-    kt = np.int64 if spec.wide else np.int32
-    out_vt = ValueType.of(spec.out_dt)
-    table_dt = _bits_dtype(spec.mode, spec.out_dt)
+    slots = spec.tile.slots
+    kt, table_dt, identity = _table_layout(spec)
     ttype = table_dt.type
-    identity = out_vt.make(spec.op.identity_for(out_vt))
-    if table_dt != spec.out_dt:
-        identity = identity.view(table_dt)     # the identity's bits
-        value_of = _codegen.build("def value_of(w):\n    return w.view(T)\n", "value_of",
-                                  {"T": spec.out_dt.type})
-    else:
-        value_of = _codegen.build("def value_of(w):\n    return w\n", "value_of")
-    update = _updater(spec.op, spec.out_dt, spec.mode)
-    flush_at = slots // 2
+    value_of = _value_of(spec)
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     empty = -1
+
+    if spec.algorithm == "table":
+        def scatter_table(keys, values, out, bits, n, m, status, epoch):
+            tkeys = cuda.shared.array(slots, kt)
+            tvals = cuda.shared.array(slots, ttype)
+            tid = cuda.threadIdx.x
+            for s in range(tid, slots, nt):
+                tkeys[s] = empty
+                tvals[s] = identity
+            cuda.syncthreads()
+            tiles = (n + (tile - 1)) // tile
+            offset = (tid // 32) * span + cuda.laneid
+            t = np.int64(cuda.blockIdx.x)
+            while t < tiles:
+                base = t * tile
+                if base + tile <= n:
+                    used = full_body(keys, values, out, bits, n, m, status, epoch, base + offset, tkeys, tvals)
+                else:
+                    used = part_body(keys, values, out, bits, n, m, status, epoch, base + offset, tkeys, tvals)
+                # a barrier for the tile's inserts; the flush (one update per key) is skipped
+                # when no row of the tile used the table
+                if cuda.syncthreads_or(1 if used else 0):
+                    for s in range(tid, slots, nt):
+                        k = tkeys[s]
+                        if k != empty:
+                            update(out, bits, k, value_of(tvals[s]))
+                            tkeys[s] = empty
+                            tvals[s] = identity
+                    cuda.syncthreads()
+                t += cuda.gridDim.x
+
+        return scatter_table
+
+    flush_at = slots // 2
 
     def scatter_block(keys, values, out, bits, n, m, status, epoch):
         tkeys = cuda.shared.array(slots, kt)
@@ -382,7 +712,11 @@ def scatter_kernel(spec):
         t1 = min(tiles, t0 + per)
         offset = (tid // 32) * span + cuda.laneid
         for t in range(t0, t1):
-            body(keys, values, out, bits, n, m, status, epoch, t * tile + offset, tkeys, tvals, count)
+            base = t * tile
+            if base + tile <= n:
+                full_body(keys, values, out, bits, n, m, status, epoch, base + offset, tkeys, tvals, count)
+            else:
+                part_body(keys, values, out, bits, n, m, status, epoch, base + offset, tkeys, tvals, count)
             # A barrier for the tile's inserts, and one block-wide decision: flush when
             # the table is half full, and after the block's last tile.
             if cuda.syncthreads_or(1 if (count[0] > flush_at or t == t1 - 1) else 0):
@@ -449,7 +783,7 @@ def sorted_kernel(spec, level0):
     written too. Level 0 reads the caller's keys and values; the next levels read
     pieces: int64 keys (-1: none), values of ``out``'s dtype, uint8 has-flags.
     """
-    nt, vt, _ = spec.tile
+    nt, vt = spec.tile.nt, spec.tile.vt
     tile = nt * vt
     out_dt = spec.out_dt
     T = out_dt.type
@@ -580,7 +914,7 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
         elif not op.commutative:
             algorithm = "sorted"
         else:
-            algorithm = AUTO if op.identity_for(vt_out) is not None else "warp"
+            algorithm = AUTO if op.identity_for(vt_out) is not None else AUTO_NO_IDENTITY
     elif algorithm not in ALGORITHMS:
         raise ValueError("cufold: unknown reduce_by_key algorithm %r; choose from %s"
                          % (algorithm, ", ".join(ALGORITHMS)))
@@ -595,10 +929,10 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
                 "cufold: algorithm %r combines values in a varying order and needs a commutative "
                 "operator; %s is not declared commutative (cufold.Op(fn, commutative=True)), or use "
                 "algorithm='sorted' with keys grouped into runs (e.g. sorted)" % (algorithm, op.name))
-    if algorithm == "block" and op.identity_for(vt_out) is None:
+    if algorithm in ("block", "table") and op.identity_for(vt_out) is None:
         raise ValueError(
-            "cufold: algorithm 'block' starts its shared table at the operator's identity; %s has "
-            "none (cufold.Op(fn, identity=...)): use 'warp'" % op.name)
+            "cufold: algorithm %r starts its shared table at the operator's identity; %s has "
+            "none (cufold.Op(fn, identity=...)): use 'adaptive' or 'warp'" % (algorithm, op.name))
     wide = m > np.iinfo(np.int32).max
     spec = Spec(algorithm, op, key_dt, val_dt, out_dt, wide or algorithm == "sorted", mode,
                 tile_for(algorithm), bool(deterministic and check))
@@ -606,39 +940,71 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
         raise ValueError("cufold: a %d-slot shared table of %s needs %d bytes of shared memory, more "
                          "than the 48 KiB a kernel may declare (CUFOLD_BYKEY_TILE)"
                          % (spec.tile.slots, out_dt, _smem_bytes(spec)))
-    nt, vt, _ = spec.tile
+    nt, vt = spec.tile.nt, spec.tile.vt
     tiles = -(-n // (nt * vt))
     if algorithm == "sorted":
         grid = tiles
-    else:
+    elif algorithm == "block":
         grid = max(1, min(tiles, _resident_blocks(device_id, nt, _smem_bytes(spec))))
+    else:
+        grid = max(1, min(tiles, GRID_CAP))
     return Plan(spec, grid)
 
 
 class _Status:
-    """The two status words of a (device, stream), zeroed once, and its epoch."""
+    """What the kernels report bad keys through, per (device, stream): two device words
+    (zeroed once; see ``POS_BITS``) and a flag word in mapped (zero-copy) host memory
+    that every recording thread sets to its call's epoch, so that a checked call with
+    no bad key costs one stream synchronisation and a host read, no copy. ``kernel``:
+    the ``(words, flag)`` pair the kernels take; ``flag_host`` None where mapped memory
+    is unavailable (then the flag is device memory and the words are copied back)."""
 
-    __slots__ = ("words", "epoch")
+    __slots__ = ("words", "kernel", "flag_host", "epoch")
 
     def __init__(self, device_id):
         self.epoch = 0
         with _device_ctx(device_id):
             self.words = _arrays.describe(cuda.to_device(np.zeros(2, np.int64)), "status")
+            self.flag_host = None
+            try:
+                host = cuda.mapped_array(1, np.int64)
+                host[0] = 0
+                flag = _mapped_arr(host, device_id)
+                self.flag_host = host
+            except Exception:  # pragma: no cover - no mapped memory: copy the words back
+                flag = _arrays.describe(cuda.to_device(np.zeros(1, np.int64)), "status")
+        self.kernel = (self.words, flag)
+
+    def flagged(self, epoch):
+        """Whether a kernel recorded something for ``epoch`` (after a synchronisation)."""
+        if self.flag_host is None:
+            return True
+        return int(self.flag_host[0]) == epoch
+
+
+def _mapped_arr(host, device_id):
+    """An Arr of a Numba mapped array (its device address; a host ndarray to cufold's
+    ``describe``)."""
+    if SIMULATOR:
+        return _arrays.describe(host, "status")
+    ptr = int(host.__cuda_array_interface__["data"][0])
+    return _arrays.Arr(ptr, host.shape, (1,), host.dtype, host.size, "numba", host, device_id)
 
 
 _statuses = {}
 
 
 def _status(device_id, stream, check):
-    """(status words, epoch): epoch 0 (record nothing) unless ``check``."""
+    """(the status object of this device and stream, epoch): epoch 0 (record nothing)
+    unless ``check``."""
     key = (device_id, stream)
     st = _statuses.get(key)
     if st is None or (check and st.epoch >= EPOCH_LIMIT):
         st = _statuses[key] = _Status(device_id)
     if not check:
-        return st.words, 0
+        return st, 0
     st.epoch += 1
-    return st.words, st.epoch
+    return st, st.epoch
 
 
 def _bits_view(a):
@@ -659,10 +1025,29 @@ def _device_ctx(device_id):
     return _arrays._numba_ctx(device_id) or contextlib.nullcontext()
 
 
+_driver = []
+
+
 def _synchronize(stream, device_id):
+    """Wait for ``stream`` (a raw handle; 0: the legacy default stream): through
+    cuda.bindings when importable (a Numba stream object per call costs more)."""
     if SIMULATOR:
         return
+    if not _driver:
+        try:
+            from cuda.bindings import driver as cbd
+            _driver.append(cbd)
+        except Exception:  # pragma: no cover - older stacks
+            _driver.append(None)
+    cbd = _driver[0]
     with _device_ctx(device_id):
+        if cbd is not None:
+            try:
+                (err,) = cbd.cuStreamSynchronize(cbd.CUstream(stream or 0))
+                if int(err) == 0:
+                    return
+            except Exception:  # pragma: no cover - fall back to Numba's stream below
+                pass
         s = cuda.external_stream(stream) if stream else cuda.legacy_default_stream()
         s.synchronize()
 
@@ -672,10 +1057,13 @@ def _element(a, i):
         return _arrays.as_numba(a)[int(i)]
 
 
-def _raise_errors(words, epoch, keys, m, stream, device_id):
+def _raise_errors(st, epoch, keys, m, stream, device_id):
+    """After a checked call: synchronise; raise for the first bad key it recorded."""
     _synchronize(stream, device_id)
+    if not st.flagged(epoch):
+        return
     with _device_ctx(device_id):
-        got = _arrays.as_numba(words).copy_to_host()
+        got = _arrays.as_numba(st.words).copy_to_host()
     for slot in (0, 1):
         w = int(got[slot])
         if w >> POS_BITS != epoch:
@@ -766,22 +1154,22 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
                  bool(check))
         if n == 0:
             return out
-        words, epoch = _status(o.device_id, handle, bool(check))
-        run(p, k, v, o, n, m, words, epoch, handle)
+        st, epoch = _status(o.device_id, handle, bool(check))
+        run(p, k, v, o, n, m, st.kernel, epoch, handle)
         if check:
-            _raise_errors(words, epoch, k, m, handle, o.device_id)
+            _raise_errors(st, epoch, k, m, handle, o.device_id)
         return out
 
 
-def run(p, keys, values, out, n, m, words, epoch, stream):
-    """Launch plan ``p`` on Arr descriptors (no checks)."""
+def run(p, keys, values, out, n, m, status, epoch, stream):
+    """Launch plan ``p`` on Arr descriptors (no checks); ``status``: ``_Status.kernel``."""
     spec = p.spec
     bits = _bits_view(out) if spec.mode == "cas" and spec.out_dt.kind == "f" else out
     nt = spec.tile.nt
     n64, m64, e64 = np.int64(n), np.int64(m), np.int64(epoch)
     if spec.algorithm != "sorted":
         launch(scatter_kernel(spec), ("bykey", spec), p.grid, nt, stream,
-               (keys, values, out, bits, n64, m64, words, e64))
+               (keys, values, out, bits, n64, m64, status, e64))
         return
     tile = nt * spec.tile.vt
     tiles = p.grid
@@ -800,7 +1188,7 @@ def run(p, keys, values, out, n, m, words, epoch, stream):
         bufs.append(views)
     pk, pv, ph = bufs[0]
     launch(sorted_kernel(spec, True), ("bykey-sorted0", spec), tiles, nt, stream,
-           (keys, values, ph, out, bits, n64, m64, words, e64, pk, pv, ph, np.bool_(tiles == 1)))
+           (keys, values, ph, out, bits, n64, m64, status, e64, pk, pv, ph, np.bool_(tiles == 1)))
     level = 0
     length = count
     while tiles > 1:
@@ -808,7 +1196,7 @@ def run(p, keys, values, out, n, m, words, epoch, stream):
         dst = bufs[(level + 1) % 2]
         tiles = -(-length // tile)
         launch(sorted_kernel(spec, False), ("bykey-sorted", spec), tiles, nt, stream,
-               (src[0], src[1], src[2], out, bits, np.int64(length), m64, words, np.int64(0),
+               (src[0], src[1], src[2], out, bits, np.int64(length), m64, status, np.int64(0),
                 dst[0], dst[1], dst[2], np.bool_(tiles == 1)))
         length = 2 * tiles
         level += 1

@@ -380,12 +380,17 @@ class Plan:
         self.spec, self.grid, self.algorithm = spec, grid, algorithm
 
 
+def tile_override():
+    """The ``CUFOLD_TILE`` override (raw), or None."""
+    return _launch.knob("CUFOLD_TILE")
+
+
 def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
          ddof=0, deterministic=True):
     """Choose and validate the algorithm, and size the grid (cached per call
     shape and per ``CUFOLD_TILE`` override, which tests change)."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
-                 os.environ.get("CUFOLD_TILE"))
+                 tile_override())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -512,17 +517,37 @@ def _fields(vt, arrs):
 _runners = {}
 
 
+def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
+    """``go(xs, n, outs)``: a one-launch plan (no ``init``) with everything but
+    the data bound once (cached per plan, stream and argument layout).
+    ``by_pointer``: ``go(x_ptr, out_ptr)`` instead, for 1-D contiguous ``xs``
+    of this plan's length and a 1-element ``outs``: only the pointers change."""
+    if by_pointer:
+        spec = plan_.spec
+        partials, counter = _workspace(device_id, stream, spec.acc_vt, max(plan_.grid, 1))
+        zero = _zero(spec.acc_vt)
+        args = (xs, xs.size, partials, counter, outs, zero, False)
+        kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
+        return kernel.bind(plan_.grid, spec.tile.nt, stream, 0, args, ((0, "ptr"), (4, "ptr")))
+    key = (plan_, stream, _layout(xs), _layout(outs))
+    go = _runners.get(key)
+    if go is None:
+        if len(_runners) > 4096:
+            _runners.clear()
+        go = _runners[key] = _one_launch(plan_, xs, outs, stream, device_id)
+    return go
+
+
+def one_launch(plan_):
+    """Whether :func:`runner` can run this plan (one kernel, the result written by it)."""
+    return plan_.spec.finish in ("final", "last_block")
+
+
 def run(plan_, xs, n, outs, stream, device_id, init):
     """Launch a plan: ``xs`` the input Arr(s), ``outs`` 1-element Arr(s) of the result."""
     if init is None and plan_.spec.finish in ("final", "last_block"):
         # The common case, one launch: everything but the data is bound once.
-        key = (plan_, stream, _layout(xs))
-        runner = _runners.get(key)
-        if runner is None:
-            if len(_runners) > 4096:
-                _runners.clear()
-            runner = _runners[key] = _one_launch(plan_, xs, outs, stream, device_id)
-        runner(xs, n, outs)
+        runner(plan_, xs, outs, stream, device_id)(xs, n, outs)
         return
     spec, grid = plan_.spec, plan_.grid
     acc_vt, nt = spec.acc_vt, spec.tile.nt
@@ -556,10 +581,15 @@ def _one_launch(plan_, xs, outs, stream, device_id):
     spec, grid, nt = plan_.spec, plan_.grid, plan_.spec.tile.nt
     partials, counter = _workspace(device_id, stream, spec.acc_vt, max(grid, 1))
     zero = _zero(spec.acc_vt)
-    go = kernel_for(reduce_kernel(spec), ("reduce", spec), (xs, 1, partials, counter, outs, zero, False)).launch
+    args = (xs, 1, partials, counter, outs, zero, False)
+    kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
+    if xs.__class__ is _arrays.Arr and outs.__class__ is _arrays.Arr and xs.ndim == 1 and outs.ndim == 1:
+        # Only the input, its length and the result change from call to call.
+        return kernel.bind(grid, nt, stream, 0, (xs, xs.size, partials, counter, outs, zero, False), (0, 1, 4))
+    launch_ = kernel.launch
 
     def runner(xs, n, outs):
-        go(grid, nt, stream, 0, xs, n, partials, counter, outs, zero, False)
+        launch_(grid, nt, stream, 0, xs, n, partials, counter, outs, zero, False)
 
     return runner
 

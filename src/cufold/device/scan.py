@@ -2,17 +2,22 @@
 ``cumsum``, ``cumprod``, ``cummax``, ``cummin``.
 
 A tile is ``NT`` threads x ``VT`` items, as in the device reduce. Every
-algorithm scans a tile the same way (Modern GPU style, seed 002):
+algorithm scans a tile the same way (Modern GPU style, seed 002), with the
+tile held in shared memory from load to store:
 
-1. *load*: the tile is read with coalesced (striped) loads into shared
-   memory, then each thread takes its ``VT`` consecutive items (blocked
-   order) into registers;
+1. *load*: each warp reads its ``32*VT`` consecutive items with coalesced
+   (striped) loads, all issued before any is used, into its own slice of
+   shared memory (a warp-private transpose: ``cuda.syncwarp``, no block
+   barrier);
 2. *scan*: ``cufold.block.inclusive_scan`` / ``exclusive_scan`` with
-   ``items_per_thread=VT`` (register blocking: a sequential scan per thread,
-   a cooperative scan over the threads' totals) whose ``prefix`` callback
-   supplies the carry-in of everything before the tile;
-3. *store*: the scanned items go back through shared memory and leave with
-   coalesced stores.
+   ``items_per_thread=VT`` over each thread's ``VT`` consecutive items
+   (blocked order), read from shared memory and written back over them
+   (register blocking: a sequential scan per thread, a cooperative scan over
+   the threads' totals), whose ``prefix`` callback supplies the carry-in of
+   everything before the tile. No item is held in a register across the
+   carry-in (the look-back), which keeps registers low (an int32 or float32
+   inclusive scan: 32, so eight blocks of 256 threads fit on an SM);
+3. *store*: each warp writes its slice out with coalesced stores.
 
 The algorithms differ only in where the carry-in comes from:
 
@@ -52,13 +57,23 @@ In place (``out=x``) works for every algorithm: a tile reads all its inputs
 before it writes any output, and no tile reads another tile's inputs after the
 upsweep.
 
-The single-pass scan's state lives in a workspace per (device, stream):
-``flags`` (one ``uint32`` per tile: a launch *epoch* in the high 30 bits and
-EMPTY / AGGREGATE / PREFIX in the low 2; a flag of an older epoch reads as
-EMPTY, so no memset is needed between launches), the published values, and the
-tile counter that hands out tile ids (reset to 0 by the block drawing the last
-ticket). It grows with the largest input seen and is never allocated per call
-after warm-up.
+The single-pass scan's tile states live in a buffer per (device, stream),
+in one of two layouts (:func:`_tile_states`). An accumulator of at most 4
+bytes (one field) is *packed*: one ``uint64`` word per tile holds the status
+in its high half and the value's bits in its low half, published with one
+atomic exchange and read with one load, with no fence (as CUB's). Wider and
+tuple accumulators use *flags*, one ``uint32`` per tile, and value arrays
+(aggregates and prefixes), with a fence between value and flag. A status is
+EMPTY / AGGREGATE / PREFIX in the low 2 bits and a launch *epoch* above them:
+a state of an older launch reads as EMPTY, so no memset is needed between
+launches. A waiting tile polls with a plain (volatile) load, not an atomic
+(:func:`_state_reader`). The buffer also holds the tile counter that hands out
+tile ids (reset to 0 by the block drawing the last ticket). It grows with the
+largest input seen and is never allocated per call after warm-up.
+
+``CUFOLD_SCAN_VARIANT`` (read at plan time; see :class:`Variant`) selects
+alternatives of the single-pass kernel for measurement, ``CUFOLD_TILE=NTxVT``
+the tile.
 """
 
 import collections
@@ -68,11 +83,11 @@ import os
 import numpy as np
 from numba import config, cuda
 
-from .. import _codegen, block, warp
+from .. import _codegen, block
 from ..ops import as_op, maximum, minimum, multiplies, plus
 from ..values import ValueType
 from . import _arrays, _launch, _types
-from .reduce import Tile, fill_kernel, tile_for as _reduce_tile_for
+from .reduce import Tile, fill_kernel, kernel_for, tile_for as _reduce_tile_for
 
 try:  # the one launch path (moving from reduce.py to _launch.py)
     from ._launch import launch
@@ -94,7 +109,53 @@ FULL_MASK = 0xFFFFFFFF
 _U32 = ValueType.of(np.uint32)
 # Tile states of the look-back (the low two bits of a flag).
 EMPTY, AGGREGATE, PREFIX, OUTSIDE = 0, 1, 2, 3
-_EPOCH_LIMIT = (1 << 30) - 1    # flags keep the epoch in 30 bits
+# Epochs stay below 2^28: a flag or state word read as a float (_state_reader)
+# then never has an all-ones exponent, so it is never a NaN.
+_EPOCH_LIMIT = (1 << 28) - 1
+
+
+# --- variants (for measuring; CUFOLD_SCAN_VARIANT) ------------------------------------------
+
+Variant = collections.namedtuple("Variant", "states poll hints ids")
+Variant.__doc__ = """How a scan kernel is built, beyond the operator, types and tile.
+
+``states`` (single_pass): ``packed`` puts a tile's status and a value of at
+most 4 bytes in one 64-bit word (one store publishes both, one load reads
+both, no fence); wider values, and every value with ``wide``, use a flag array
+and value arrays with a fence between value and flag. ``poll``: how a waiting
+tile reads a flag, ``volatile`` (a plain load that bypasses L1) or ``atomic``
+(an atomic OR of 0 at L2). ``hints``: ``stream`` loads the input and stores the
+output with evict-first hints (``ld.global.cs`` / ``st.global.cs``; data
+touched once), ``plain`` without. ``ids``: tile ids from an atomic ``ticket``
+(in the order blocks start: forward progress is guaranteed) or ``blockid``
+(``blockIdx.x``, as CUB: relies on blocks starting in index order; saves the
+ticket's round trip at the start of every tile)."""
+
+DEFAULT_VARIANT = Variant("packed", "volatile", "stream", "ticket")
+_VARIANT_WORDS = {w: f for f, words in (("states", ("packed", "wide")),
+                                        ("poll", ("volatile", "atomic")),
+                                        ("hints", ("stream", "plain")),
+                                        ("ids", ("ticket", "blockid"))) for w in words}
+
+
+def variant(text=None):
+    """The :class:`Variant` named by ``text`` (default: ``$CUFOLD_SCAN_VARIANT``,
+    read at plan time), comma-separated words such as ``"wide,atomic"``;
+    unnamed fields keep :data:`DEFAULT_VARIANT`'s choice."""
+    return _parse_variant(os.environ.get("CUFOLD_SCAN_VARIANT", "") if text is None else text)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_variant(text):
+    fields = {}
+    for word in text.replace(" ", "").lower().split(","):
+        if not word or word == "default":
+            continue
+        if word not in _VARIANT_WORDS:
+            raise ValueError("cufold: unknown scan variant %r in CUFOLD_SCAN_VARIANT; known: %s"
+                             % (word, ", ".join(sorted(_VARIANT_WORDS))))
+        fields[_VARIANT_WORDS[word]] = word
+    return DEFAULT_VARIANT._replace(**fields)
 
 
 def tile_for(in_vt, acc_vt):
@@ -150,6 +211,145 @@ def _fetch(vt):
     return _codegen.build("def fetch(a, i):\n    return %s\n" % vt._pack(parts), "fetch", vt._env())
 
 
+def _packable(vt):
+    """Whether a value fits in the low half of a 64-bit state word (one field of
+    at most 4 bytes; not float16, which Numba cannot bit-cast, and which is
+    never an accumulator anyway)."""
+    return vt.arity == 1 and vt.itemsize <= 4 and vt.fields[0] != np.float16
+
+
+@functools.lru_cache(maxsize=None)
+def _word_codec(vt):
+    """``(to_bits, from_bits)`` device functions: a value of a packable ``vt`` as
+    the low 32 bits of a uint64 (its bit pattern, zero-extended), and back."""
+    f = vt.fields[0]
+    if f.kind == "b":
+        to_bits = "def to_bits(v):\n    return np.uint64(1 if %s else 0)\n" % vt._field("v", 0)
+        from_bits = "def from_bits(w):\n    return %s\n" % vt._pack(["(w & np.uint64(1)) != 0"])
+        env = {}
+    else:
+        env = dict(vt._env(), U=np.dtype("u%d" % f.itemsize).type)
+        to_bits = "def to_bits(v):\n    return np.uint64(T0(%s).view(U))\n" % vt._field("v", 0)
+        from_bits = "def from_bits(w):\n    return %s\n" % vt._pack(
+            ["U(w & np.uint64(%d)).view(T0)" % ((1 << 8 * f.itemsize) - 1)])
+    return (_codegen.build(to_bits, "to_bits", env), _codegen.build(from_bits, "from_bits", env))
+
+
+@functools.lru_cache(maxsize=None)
+def _state_reader(poll, dtype):
+    """Device function ``(array, same_as_float, j) -> word``: an atomic read of
+    ``array[j]`` (uint32 flags or uint64 state words) that no compiler keeps
+    out of a polling loop.
+
+    ``volatile``: ``cuda.atomic.nanmax(same_as_float, j, NaN)``, on a float
+    view of the same memory. NaN is a missing value to ``nanmax``, so it
+    changes nothing and returns the word as it was; Numba lowers it to a single
+    ``ld.volatile.global`` (a relaxed load from L2). ``cuda.ldcg`` would be
+    cheaper to write but is inline assembly without side effects, which NVVM
+    hoists out of the loop (checked in the PTX: the loop then spins forever).
+    ``atomic``: ``cuda.atomic.or_(array, j, 0)``, a read-modify-write at L2.
+    """
+    as_int = np.dtype(dtype).type
+    nan = (np.float64 if np.dtype(dtype).itemsize == 8 else np.float32)(np.nan)
+    if poll == "atomic":
+        zero = as_int(0)
+
+        @cuda.jit(device=True)
+        def read_or(array, as_float, j):
+            return cuda.atomic.or_(array, j, zero)
+
+        return read_or
+
+    @cuda.jit(device=True)
+    def read_volatile(array, as_float, j):
+        return cuda.atomic.nanmax(as_float, j, nan).view(as_int)
+
+    return read_volatile
+
+
+@cuda.jit(device=True, inline="always")
+def _status_of(flag, tag):
+    """The status in a flag (uint32), EMPTY unless it is of this launch (``tag``'s epoch)."""
+    if np.uint32(flag >> np.uint32(2)) == np.uint32(tag >> np.uint32(2)):
+        return np.int32(flag & np.uint32(3))
+    return np.int32(EMPTY)
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_states(acc_vt, layout, poll):
+    """``(publish, wait)``: a tile's look-back state in memory.
+
+    ``publish(lb, j, tag, status, value)`` (one lane) makes tile ``j``'s
+    ``status`` (AGGREGATE or PREFIX) and ``value`` visible to other blocks.
+    ``wait(lb, j, tag, placeholder) -> (status, value)`` (every lane of a warp,
+    each its own ``j``) returns once every lane's tile has published something
+    in this launch (``tag``'s epoch); tiles before 0 are OUTSIDE, with
+    ``placeholder`` as their value.
+
+    ``packed`` (``lb = (words, words as float64)``): the high half of a uint64
+    word is ``tag | status``, the low half the value's bits. A 64-bit access is
+    single-copy atomic, so the value is never seen without its flag: one atomic
+    exchange publishes, one load per predecessor reads, and there is no fence.
+    ``wide`` (``lb = (flags, flags as float32, aggregates, prefixes)``): the
+    value goes to its own array first, a fence, then the flag; a reader sees
+    the flag, fences, then reads the value.
+    """
+    if layout == "packed":
+        to_bits, from_bits = _word_codec(acc_vt)
+        read_word = _state_reader(poll, np.uint64)
+
+        @cuda.jit(device=True)
+        def publish_word(lb, j, tag, status, value):
+            word = (np.uint64(tag | status) << np.uint64(32)) | to_bits(value)
+            cuda.atomic.exch(lb[0], j, word)
+
+        @cuda.jit(device=True)
+        def wait_words(lb, j, tag, placeholder):
+            while True:
+                s = np.int32(OUTSIDE)
+                w = np.uint64(0)
+                if j >= 0:
+                    w = read_word(lb[0], lb[1], j)
+                    s = _status_of(np.uint32(w >> np.uint64(32)), tag)
+                if cuda.all_sync(FULL_MASK, s != EMPTY):
+                    break
+            return s, (from_bits(w) if s != OUTSIDE else placeholder)
+
+        return publish_word, wait_words
+
+    publish_value, fetch = _publish(acc_vt), _fetch(acc_vt)
+    read_flag = _state_reader(poll, np.uint32)
+
+    @cuda.jit(device=True)
+    def publish_flag(lb, j, tag, status, value):
+        flags, as_float, aggs, pres = lb
+        if status == PREFIX:
+            publish_value(pres, j, value)
+        else:
+            publish_value(aggs, j, value)
+        cuda.threadfence()                       # the value before the flag
+        cuda.atomic.exch(flags, j, np.uint32(tag | status))
+
+    @cuda.jit(device=True)
+    def wait_flags(lb, j, tag, placeholder):
+        flags, as_float, aggs, pres = lb
+        while True:
+            s = np.int32(OUTSIDE)
+            if j >= 0:
+                s = _status_of(read_flag(flags, as_float, j), tag)
+            if cuda.all_sync(FULL_MASK, s != EMPTY):
+                break
+        cuda.threadfence()                       # the values were written before the flags
+        value = placeholder
+        if s == PREFIX:
+            value = fetch(pres, j)
+        elif s == AGGREGATE:
+            value = fetch(aggs, j)
+        return s, value
+
+    return publish_flag, wait_flags
+
+
 @functools.lru_cache(maxsize=None)
 def _local_items(vt, count):
     """Device function ``() -> items``: ``count`` values of ``vt`` in registers
@@ -161,155 +361,226 @@ def _local_items(vt, count):
         _codegen.build(src, "local_items", vt._env(), device=False))
 
 
+@functools.lru_cache(maxsize=None)
+def _lane_io(vt, hints):
+    """``(view, load, store)`` for data touched once. ``view(arrays, start)``:
+    the arrays from element ``start`` on (a slice per field), which ``load(view,
+    k)`` / ``store(view, k, value)`` then reach at offsets ``k``: a lane's
+    ``VT`` accesses share one address register plus constant offsets.
+
+    Numeric fields go through the cache-hinted ``cuda.ld*`` / ``cuda.st*``:
+    with ``hints='stream'`` ``ldcs`` / ``stcs`` (evict-first: the scan's input
+    and output need not stay in L2 for it), with ``'plain'`` ``ldca`` /
+    ``stwb`` (PTX's defaults, the same as plain accesses; through the same
+    path, because LLVM folds a plain access of a slice back into the whole
+    array's indexing and spends a 64-bit address on each). Bool fields are
+    plain accesses."""
+    ld, st = ("ldcs", "stcs") if hints == "stream" else ("ldca", "stwb")
+    hinted = [f.kind in "iuf" for f in vt.fields]
+    # Inlined: Numba returns no array from a device function that did not receive it.
+    view = cuda.jit(device=True, inline="always")(_codegen.build(
+        "def view(a, start):\n    return %s\n" % vt._pack(
+            ["%s[start:]" % vt._field("a", i) for i in range(vt.arity)]), "view", device=False))
+    load = _codegen.build("def load(a, k):\n    return %s\n" % vt._pack(
+        ["cuda.%s(%s, k)" % (ld, vt._field("a", i)) if h else "%s[k]" % vt._field("a", i)
+         for i, h in enumerate(hinted)]), "load")
+    lines = ["    cuda.%s(%s, k, %s)" % (st, vt._field("a", i), vt._field("v", i)) if h else
+             "    %s[k] = %s" % (vt._field("a", i), vt._field("v", i)) for i, h in enumerate(hinted)]
+    store = _codegen.build("def store(a, k, v):\n%s\n" % "\n".join(lines), "store")
+    return view, load, store
+
+
 # --- tile input and output ---------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _tile_io(op, in_vt, acc_vt, out_vt, tile):
-    """``(load_tile, store_tile, fold_valid)`` device functions for one tile.
+def _layout(vt):
+    """Padding period of a tile's shared-memory layout: item ``i`` sits in slot
+    ``i + i // period`` (``period`` 0: no padding, slot ``i``)."""
+    if vt % 2:
+        return 0          # blocked accesses stride an odd number of banks: no conflict
+    if 32 % vt == 0:
+        return 32         # one slot per 32: striped and blocked accesses conflict-free
+    return vt             # one slot per thread: blocked ones conflict-free, striped 2-way at worst
 
-    Shared memory ``smem`` holds ``NV`` accumulator values with one padding
-    slot per 32 (``i + i // 32``), so that the blocked accesses (thread ``t``,
-    item ``t * VT + k``) do not conflict on banks.
+
+def _tile_slots(tile):
+    """Shared-memory values a tile occupies (see :func:`_tile_io`)."""
+    nv = tile.nt * tile.vt
+    period = _layout(tile.vt)
+    return nv + ((nv - 1) // period if period else 0)
+
+
+_TileIO = collections.namedtuple("_TileIO", "load_tile store_tile fold_valid own_items")
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain"):
+    """Device functions moving one tile through shared memory ``smem``, where
+    it stays from load to store: registers hold at most a thread's ``VT``
+    values at a time, and none across the look-back, so that many blocks fit
+    on an SM.
+
+    Each warp owns ``32*VT`` consecutive items of the tile, and only its own
+    lanes touch them (``cuda.syncwarp``, no block barrier): *striped* global
+    accesses (coalesced: access ``k`` of lane ``l`` is the warp's item
+    ``32k + l``) and *blocked* thread accesses (lane ``l`` owns the warp's
+    items ``l*VT .. l*VT + VT - 1``). Item ``i`` of the tile sits in slot
+    ``i + i // period`` (see :func:`_layout`): a thread's items are always
+    consecutive slots, so its accesses share one address register.
+
+    ``load_tile(xs, n, base, tid, smem)``: the tile into ``smem`` (items past
+    ``n`` repeat ``x[n-1]``: real values, never counted); ``store_tile(outs,
+    n, base, tid, smem)``: ``smem`` back out. In between, a thread reaches its
+    own items only: ``own_items(smem, tid)`` (its ``VT`` items as arrays, for
+    the block scans: they read them from shared memory and write the results
+    back in place) and ``fold_valid(smem, valid, tid)`` (those among the tile's
+    first ``valid``, folded in order; a thread with none gets a value not to be
+    counted).
     """
     nt, vt = tile
     nv = nt * vt
-    load_in, store_out = in_vt.load, out_vt.store
+    wv = 32 * vt                                 # items per warp
+    period = _layout(vt)
+    view_in, load_in, _ = _lane_io(in_vt, hints)
+    view_out, _, store_out = _lane_io(out_vt, hints)
     to_acc, to_out = acc_vt.cast, out_vt.cast
     load, store = acc_vt.load, acc_vt.store
     combine = op.combine(acc_vt)
+    local_items = _local_items(acc_vt, vt)
+    view_acc = _lane_io(acc_vt, "plain")[0]
+
+    # Slot arithmetic in 32 bits (Numba computes in 64): fewer registers.
+    @cuda.jit(device=True, inline="always")
+    def slot(i):
+        i = np.int32(i)
+        if period == 0:
+            return i
+        return np.int32(i + i // period)
+
+    @cuda.jit(device=True, inline="always")
+    def striped_slot(tid, k):
+        """Slot of lane ``tid % 32``'s striped access ``k``."""
+        i = np.int32((tid >> 5) * wv + (tid & 31))
+        if period == 0:
+            return np.int32(i + 32 * k)
+        if period == 32:
+            return np.int32(slot(i) + 33 * k)
+        return slot(i + 32 * k)
+
+    @cuda.jit(device=True, inline="always")
+    def own_slot(tid):
+        """Slot of the thread's first (blocked) item; the others follow it."""
+        return slot(np.int32(tid) * np.int32(vt))
 
     @cuda.jit(device=True)
-    def load_tile(xs, n, base, tid, smem, items):
-        """Items ``base + tid*VT .. base + tid*VT + VT - 1`` into ``items``
-        (items past ``n`` repeat ``x[n-1]``: real values, never counted)."""
+    def load_tile(xs, n, base, tid, smem):
+        items = local_items()
+        at = base + (tid >> 5) * wv + (tid & 31)         # this lane's first striped item
+        # Every load is issued before any is used.
         if base + nv <= n:
+            mine = view_in(xs, at)
             for k in range(vt):
-                i = k * nt + tid
-                store(smem, i + (i >> 5), to_acc(load_in(xs, base + i)))
+                store(items, k, to_acc(load_in(mine, 32 * k)))
         else:
+            at = min(at, n - 1)
+            mine = view_in(xs, at)
+            last = np.uint32(n - 1 - at)         # < NV; unsigned: no wrap-around code
             for k in range(vt):
-                i = k * nt + tid
-                store(smem, i + (i >> 5), to_acc(load_in(xs, min(base + i, n - 1))))
-        cuda.syncthreads()
+                store(items, k, to_acc(load_in(mine, min(np.uint32(32 * k), last))))
         for k in range(vt):
-            i = tid * vt + k
-            store(items, k, load(smem, i + (i >> 5)))
+            store(smem, striped_slot(tid, k), load(items, k))
+        cuda.syncwarp(FULL_MASK)
 
     @cuda.jit(device=True)
-    def store_tile(outs, n, base, tid, smem, items):
-        """The scanned ``items`` back to ``outs`` with coalesced stores."""
-        cuda.syncthreads()                       # every thread is done reading smem
-        for k in range(vt):
-            i = tid * vt + k
-            store(smem, i + (i >> 5), load(items, k))
-        cuda.syncthreads()
+    def store_tile(outs, n, base, tid, smem):
+        cuda.syncwarp(FULL_MASK)
+        at = base + (tid >> 5) * wv + (tid & 31)
+        mine = view_out(outs, at)
         if base + nv <= n:
             for k in range(vt):
-                i = k * nt + tid
-                store_out(outs, base + i, to_out(load(smem, i + (i >> 5))))
-        else:
+                store_out(mine, 32 * k, to_out(load(smem, striped_slot(tid, k))))
+        elif at < n:
+            last = np.uint32(n - 1 - at)         # < NV
             for k in range(vt):
-                i = k * nt + tid
-                if base + i < n:
-                    store_out(outs, base + i, to_out(load(smem, i + (i >> 5))))
+                if np.uint32(32 * k) <= last:
+                    store_out(mine, 32 * k, to_out(load(smem, striped_slot(tid, k))))
 
     @cuda.jit(device=True)
     def fold_valid(smem, valid, tid):
-        """This thread's items among the tile's first ``valid``, folded in order
-        (threads with none return a value that is not to be counted)."""
-        first = tid * vt
-        acc = load(smem, 0)
-        if first < valid:
-            acc = load(smem, first + (first >> 5))
+        first = own_slot(tid)
+        acc = load(smem, first)
         for k in range(1, vt):
-            i = first + k
-            if i < valid:
-                acc = combine(acc, load(smem, i + (i >> 5)))
+            if tid * vt + k < valid:
+                acc = combine(acc, load(smem, first + k))
         return acc
 
-    return load_tile, store_tile, fold_valid
+    @cuda.jit(device=True, inline="always")
+    def own_items(smem, tid):
+        """The thread's items, as arrays (a slice of ``smem`` per field)."""
+        return view_acc(smem, own_slot(tid))
+
+    return _TileIO(load_tile, store_tile, fold_valid, own_items)
 
 
 # --- carry-in: the block scans' prefix callbacks ------------------------------------------
 #
 # Every lane of the block's first warp calls the callback with the tile's
-# aggregate and the state tuple ``(tile, flags, tag, aggs, pres, init, has_init,
-# stash)``; lane 0's result goes in front of the tile's scan. Each writes the
-# tile's exclusive prefix *without init* to ``stash[0]`` (on lane 0, which is
-# thread 0) for the total. Inclusive scans call it for tiles > 0 only (tile 0
-# has no carry-in, and an operator may have no identity); see ``_first``.
+# aggregate and the state tuple ``(tile, lb, tag, init, has_init, stash)``
+# (``lb``: the carry's arrays); lane 0's result goes in front of the tile's
+# scan. Each writes the tile's exclusive prefix *without init* to ``stash[0]``
+# (on lane 0, which is thread 0) for the total. Inclusive scans call it for
+# tiles > 0 only (tile 0 has no carry-in, and an operator may have no
+# identity); see ``_first``.
 
 @functools.lru_cache(maxsize=None)
-def _look_back(op, acc_vt):
-    """Decoupled look-back (single_pass)."""
+def _look_back(op, acc_vt, layout="wide", poll="volatile"):
+    """Decoupled look-back (single_pass); ``layout`` and ``poll`` as in
+    :func:`_tile_states` and :func:`_state_reader`.
+
+    Forward progress: a tile waits only on earlier tiles, and tile ids go to
+    blocks in the order they start (the ticket), so every tile waited on
+    belongs to a block that is already running."""
     combine, store = op.combine(acc_vt), acc_vt.store
-    publish, fetch = _publish(acc_vt), _fetch(acc_vt)
-    window_reduce = warp.segmented_reduce(op, acc_vt)   # valid on the head lane
-    shfl_idx = acc_vt.shuffle("idx")
+    publish, wait = _tile_states(acc_vt, layout, poll)
+    shfl_down, shfl_idx = acc_vt.shuffle("down"), acc_vt.shuffle("idx")
 
     @cuda.jit(device=True)
-    def status(flags, j, tag):
-        """Tile ``j``'s state in this launch (OUTSIDE before tile 0).
-
-        An atomic read: always the L2 copy, and never hoisted out of the
-        polling loop."""
-        if j < 0:
-            return OUTSIDE
-        f = cuda.atomic.or_(flags, j, np.uint32(0))
-        if (f >> 2) == (tag >> 2):
-            return f & 3
-        return EMPTY
-
-    @cuda.jit(device=True)
-    def wait_all(flags, j, tag):
-        """Spin until the 32 lanes' tiles have published something.
-
-        Forward progress: tile ids come from an atomic counter in the order
-        blocks start, so every tile waited on belongs to a block that is
-        already running and that itself only waits on earlier tiles."""
-        while True:
-            s = status(flags, j, tag)
-            if cuda.all_sync(FULL_MASK, s != EMPTY):
-                return s
+    def suffix_total(value, start):
+        """The values of lanes ``start .. 31`` combined in lane order, on every
+        lane: a shuffle-down tree, whose result at lane ``start`` involves no
+        lane below it (so no head flags: only lane arithmetic on constants)."""
+        lane = cuda.laneid
+        for step in range(5):
+            other = shfl_down(FULL_MASK, value, 1 << step)
+            if lane + (1 << step) < 32:
+                value = combine(value, other)
+        return shfl_idx(FULL_MASK, value, start)
 
     @cuda.jit(device=True)
     def look_back(aggregate, state):
-        tile, flags, tag, aggs, pres, init, has_init, stash = state
+        tile, lb, tag, init, has_init, stash = state
         lane = cuda.laneid
         if tile == 0:
             if lane == 0:                        # the first tile's prefix is its aggregate
-                publish(pres, 0, aggregate)
-                cuda.threadfence()
-                cuda.atomic.exch(flags, 0, np.uint32(tag | PREFIX))
+                publish(lb, 0, tag, PREFIX, aggregate)
             return init
         if lane == 0:                            # publish the aggregate at once
-            publish(aggs, tile, aggregate)
-            cuda.threadfence()
-            cuda.atomic.exch(flags, tile, np.uint32(tag | AGGREGATE))
+            publish(lb, tile, tag, AGGREGATE, aggregate)
         exclusive = aggregate
         top = tile - 1                           # the predecessor lane 31 looks at
         while True:
             j = top - 31 + lane                  # lanes take tiles in order
-            s = wait_all(flags, j, tag)
-            cuda.threadfence()                   # the values were written before the flags
-            value = aggregate                    # OUTSIDE lanes: never counted
-            if s == PREFIX:
-                value = fetch(pres, j)
-            elif s == AGGREGATE:
-                value = fetch(aggs, j)
+            s, value = wait(lb, j, tag, aggregate)   # OUTSIDE lanes: never counted
             prefixes = cuda.ballot_sync(FULL_MASK, s == PREFIX)
             start = 31 - cuda.clz(prefixes) if prefixes != 0 else 0
             # The window's part: from the last inclusive prefix on, in tile order.
-            window = shfl_idx(FULL_MASK, window_reduce(value, lane == start), start)
+            window = suffix_total(value, start)
             exclusive = window if top == tile - 1 else combine(window, exclusive)
             if prefixes != 0:
                 break
             top -= 32
         if lane == 0:
             store(stash, 0, exclusive)
-            publish(pres, tile, combine(exclusive, aggregate))
-            cuda.threadfence()
-            cuda.atomic.exch(flags, tile, np.uint32(tag | PREFIX))
+            publish(lb, tile, tag, PREFIX, combine(exclusive, aggregate))
         return combine(init, exclusive) if has_init else exclusive
 
     return look_back
@@ -317,16 +588,16 @@ def _look_back(op, acc_vt):
 
 @functools.lru_cache(maxsize=None)
 def _spine_carry(op, acc_vt):
-    """Downsweep (reduce_then_scan): ``pres`` is the spine, the inclusive scan of
-    the tiles' partials, so tile ``t``'s carry-in is ``pres[t - 1]``."""
+    """Downsweep (reduce_then_scan): ``lb`` is the spine, the inclusive scan of
+    the tiles' partials, so tile ``t``'s carry-in is ``spine[t - 1]``."""
     combine, load, store = op.combine(acc_vt), acc_vt.load, acc_vt.store
 
     @cuda.jit(device=True)
     def spine_carry(aggregate, state):
-        tile, flags, tag, aggs, pres, init, has_init, stash = state
+        tile, spine, tag, init, has_init, stash = state
         if tile == 0:
             return init
-        exclusive = load(pres, tile - 1)
+        exclusive = load(spine, tile - 1)
         if cuda.laneid == 0:
             store(stash, 0, exclusive)
         return combine(init, exclusive) if has_init else exclusive
@@ -342,7 +613,7 @@ def _running_carry(op, acc_vt):
 
     @cuda.jit(device=True)
     def running_carry(aggregate, state):
-        tile, flags, tag, aggs, pres, init, has_init, stash = state
+        tile, lb, tag, init, has_init, stash = state
         exclusive = aggregate
         running = aggregate
         result = init
@@ -359,23 +630,30 @@ def _running_carry(op, acc_vt):
     return running_carry
 
 
+def _carry(spec):
+    """The prefix callback of ``spec``'s kernel."""
+    if spec.carry == "single_pass":
+        return _look_back(spec.op, spec.acc_vt, spec.variant.states, spec.variant.poll)
+    return {"downsweep": _spine_carry, "single_block": _running_carry}[spec.carry](
+        spec.op, spec.acc_vt)
+
+
 @functools.lru_cache(maxsize=None)
-def _first(carry, op, acc_vt):
+def _first(spec):
     """``first(aggregate, state)``, thread 0 after an inclusive scan's tile 0
     (scanned without a carry-in): what the carry callback would have recorded."""
-    publish, store = _publish(acc_vt), acc_vt.store
+    store = spec.acc_vt.store
 
-    if carry == "single_pass":
+    if spec.carry == "single_pass":
+        publish, _ = _tile_states(spec.acc_vt, spec.variant.states, spec.variant.poll)
+
         @cuda.jit(device=True)
         def first(aggregate, state):
-            tile, flags, tag, aggs, pres, init, has_init, stash = state
-            publish(pres, 0, aggregate)
-            cuda.threadfence()
-            cuda.atomic.exch(flags, 0, np.uint32(tag | PREFIX))
-    elif carry == "single_block":
+            publish(state[1], 0, state[2], PREFIX, aggregate)
+    elif spec.carry == "single_block":
         @cuda.jit(device=True)
         def first(aggregate, state):
-            store(state[7], 1, aggregate)
+            store(state[5], 1, aggregate)
     else:
         @cuda.jit(device=True)
         def first(aggregate, state):
@@ -385,153 +663,167 @@ def _first(carry, op, acc_vt):
 
 # --- the kernel factory --------------------------------------------------------------------
 
-Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile kind carry")
+Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile kind carry variant")
 Spec.__doc__ = """What a scan kernel is compiled for. ``kind``: 'inclusive' or
 'exclusive'; ``carry``: 'single_pass' (look-back), 'downsweep' (spine of
-reduce_then_scan) or 'single_block' (running prefix)."""
-
-_CARRIES = {"single_pass": _look_back, "downsweep": _spine_carry, "single_block": _running_carry}
+reduce_then_scan) or 'single_block' (running prefix); ``variant``: a
+:class:`Variant` (its ``states`` says the layout actually used: 'packed' only
+for a packable accumulator; fields that do not apply to ``carry`` are None)."""
 
 
 @functools.lru_cache(maxsize=None)
 def _block_scans(kind, op, acc_vt, nt, vt, carry):
-    """``scan(items, out, state)`` (the block scan after the ``carry`` callback's
-    prefix) and, for inclusive scans, ``scan_first(items, out) -> aggregate``
-    (tile 0, no carry-in); one signature whatever ``vt``."""
+    """``(scan(items, out, state, temp), scan_first(items, out, temp) ->
+    aggregate, temp_items)``: the block scan after the ``carry`` callback's
+    prefix and, for inclusive scans, the one for tile 0 (no carry-in, and the
+    operator may have no identity; None for exclusive scans); one signature
+    whatever ``vt``. Both take the caller's shared ``temp`` (``temp_items``
+    values) and start with no barrier of their own: a block uses it once, or
+    (single_block) once per tile after the loop's barrier."""
     make = block.inclusive_scan if kind == "inclusive" else block.exclusive_scan
-    scan = make(op, acc_vt, nt, items_per_thread=vt, prefix=carry)
-    scan_first = block.inclusive_scan(op, acc_vt, nt, items_per_thread=vt, aggregate=True) \
-        if kind == "inclusive" else None
+    scan = make(op, acc_vt, nt, items_per_thread=vt, prefix=carry, storage=True)
+    scan_first = block.inclusive_scan(op, acc_vt, nt, items_per_thread=vt, aggregate=True,
+                                      storage=True) if kind == "inclusive" else None
+    temp_items = max(scan.temp_items, scan_first.temp_items if scan_first is not None else 0)
     if vt > 1:
-        return scan, scan_first
+        return scan, scan_first, temp_items
     # One item per thread: the block primitives take and return the value itself.
     load, store = acc_vt.load, acc_vt.store
     scan_one, first_one = scan, scan_first
 
     @cuda.jit(device=True)
-    def scan_item(items, out, state):
-        store(out, 0, scan_one(load(items, 0), state))
+    def scan_item(items, out, state, temp):
+        store(out, 0, scan_one(load(items, 0), state, temp))
 
     if first_one is None:
-        return scan_item, None
+        return scan_item, None, temp_items
 
     @cuda.jit(device=True)
-    def scan_first_item(items, out):
-        value, aggregate = first_one(load(items, 0))
+    def scan_first_item(items, out, temp):
+        value, aggregate = first_one(load(items, 0), temp)
         store(out, 0, value)
         return aggregate
 
-    return scan_item, scan_first_item
+    return scan_item, scan_first_item, temp_items
 
 
 @functools.lru_cache(maxsize=None)
 def _tile_scan(spec):
-    """Device function scanning one tile:
-    ``(xs, outs, n, tile, tiles, state, smem, totals, want_total)``."""
+    """``(tile_scan, temp_items)``: the device function scanning one tile,
+    ``(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total)``, and
+    the shared memory ``temp`` its block scans need. The block scans read a
+    thread's items from the tile in shared memory and write the results over
+    them, so that no item is held in a register across the look-back."""
     op, acc_vt, out_vt = spec.op, spec.acc_vt, spec.out_vt
     nt, vt = spec.tile
     nv = nt * vt
-    load_tile, store_tile, fold_valid = _tile_io(op, spec.in_vt, acc_vt, out_vt, spec.tile)
-    carry = _CARRIES[spec.carry](op, acc_vt)
-    scan, scan_first = _block_scans(spec.kind, op, acc_vt, nt, vt, carry)
+    io = _tile_io(op, spec.in_vt, acc_vt, out_vt, spec.tile, spec.variant.hints)
+    load_tile, store_tile, fold_valid, own_items = io
+    inclusive = spec.kind == "inclusive"
+    scan, scan_first, temp_items = _block_scans(spec.kind, op, acc_vt, nt, vt, _carry(spec))
     block_reduce = block.reduce(op, acc_vt, nt, partial=True)
-    local_items = _local_items(acc_vt, vt)
+    first = _first(spec)
     combine, load = op.combine(acc_vt), acc_vt.load
     store_out, to_out = out_vt.store, out_vt.cast
 
     @cuda.jit(device=True)
-    def finish(xs, outs, n, tile, tiles, stash, smem, items, totals, want_total):
-        """The total (last tile only: its carry-in, then its valid items), then the store."""
+    def tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total):
         tid = cuda.threadIdx.x
         base = tile * nv
-        if want_total and tile == tiles - 1:
+        load_tile(xs, n, base, tid, smem)
+        # total=True: the last tile folds its valid items before they are scanned in place.
+        last = want_total and tile == tiles - 1
+        part = fold_valid(smem, 1, tid)          # a placeholder of the right type
+        if last:
             valid = n - base
-            mine = fold_valid(smem, valid, tid)
-            tile_total = block_reduce(mine, (valid + vt - 1) // vt)
+            part = block_reduce(fold_valid(smem, valid, tid), (valid + vt - 1) // vt)
+        mine = own_items(smem, tid)
+        if inclusive and tile == 0:
+            aggregate = scan_first(mine, mine, temp)
             if tid == 0:
-                total = tile_total if tile == 0 else combine(load(stash, 0), tile_total)
-                store_out(totals, 0, to_out(total))
-        store_tile(outs, n, base, tid, smem, items)
-
-    if spec.kind == "exclusive":
-        @cuda.jit(device=True)
-        def tile_scan(xs, outs, n, tile, tiles, state, smem, totals, want_total):
-            items = local_items()
-            load_tile(xs, n, tile * nv, cuda.threadIdx.x, smem, items)
-            scan(items, items, state)
-            finish(xs, outs, n, tile, tiles, state[7], smem, items, totals, want_total)
-
-        return tile_scan
-
-    first = _first(spec.carry, op, acc_vt)
-
-    @cuda.jit(device=True)
-    def tile_scan(xs, outs, n, tile, tiles, state, smem, totals, want_total):
-        items = local_items()
-        load_tile(xs, n, tile * nv, cuda.threadIdx.x, smem, items)
-        if tile == 0:
-            aggregate = scan_first(items, items)
-            if cuda.threadIdx.x == 0:
                 first(aggregate, state)
         else:
-            scan(items, items, state)
-        finish(xs, outs, n, tile, tiles, state[7], smem, items, totals, want_total)
+            scan(mine, mine, state, temp)
+        if last and tid == 0:                    # the carry wrote stash[0] on this thread
+            total = part if tile == 0 else combine(load(state[5], 0), part)
+            store_out(totals, 0, to_out(total))
+        store_tile(outs, n, base, tid, smem)
 
-    return tile_scan
+    return tile_scan, temp_items
+
+
+@cuda.jit(device=True)
+def _checked_ticket(t, counter, draws):
+    """Ticket ``t`` (as int64); the launch's last draw (``draws`` in all) resets
+    the counter for the next launch."""
+    if t == draws - 1:
+        cuda.atomic.exch(counter, 0, np.uint32(0))
+    return np.int64(t)
 
 
 @functools.lru_cache(maxsize=None)
 def scan_kernel(spec):
     """The Python kernel function for ``spec`` (compiled by the launch path).
 
-    Arguments: ``(xs, outs, n, tiles, counter, flags, tag, aggs, pres, init,
-    has_init, totals, want_total)``; ``counter``, ``flags``, ``tag`` and
-    ``aggs`` matter to single_pass only, ``pres`` to single_pass (published
-    inclusive prefixes) and downsweep (the spine).
+    Arguments: ``(xs, outs, n, tiles, counter, tag, states, aggs, pres, init,
+    has_init, totals, want_total)``; ``counter`` (the ticket), ``tag`` (the
+    launch's epoch) and ``states`` (flags or state words, and the same memory
+    as floats) matter to single_pass only, ``aggs`` to its wide layout,
+    ``pres`` to that and to downsweep (the spine). Unused ones are
+    placeholders. (Arguments nest one tuple deep at most: the launch path
+    takes no deeper.)
     """
-    nt, vt = spec.tile
-    tile_scan = _tile_scan(spec)
-    tile_storage = block.temp_storage(spec.acc_vt, (nt * vt - 1) + ((nt * vt - 1) >> 5) + 1)
+    tile_scan, temp_items = _tile_scan(spec)
+    tile_storage = block.temp_storage(spec.acc_vt, _tile_slots(spec.tile))
+    scan_storage = block.temp_storage(spec.acc_vt, temp_items)
     stash_storage = block.temp_storage(spec.acc_vt, 2)
 
     if spec.carry == "single_pass":
-        def scan_single_pass(xs, outs, n, tiles, counter, flags, tag, aggs, pres, init, has_init,
-                             totals, want_total):
+        by_ticket = spec.variant.ids == "ticket"
+        packed = spec.variant.states == "packed"
+
+        def scan_single_pass(xs, outs, n, tiles, counter, tag, states, aggs, pres, init,
+                             has_init, totals, want_total):
             smem = tile_storage()
+            temp = scan_storage()
             stash = stash_storage()
-            ticket = cuda.shared.array(1, np.int64)
-            if cuda.threadIdx.x == 0:
-                # Dynamic tile ids: tiles start in id order (see wait_all).
-                t = cuda.atomic.add(counter, 0, np.uint32(1))
-                if t == tiles - 1:               # the last ticket: reset for the next launch
-                    cuda.atomic.exch(counter, 0, np.uint32(0))
-                ticket[0] = t
-            cuda.syncthreads()
-            tile = ticket[0]
-            state = (tile, flags, tag, aggs, pres, init, has_init, stash)
-            tile_scan(xs, outs, n, tile, tiles, state, smem, totals, want_total)
+            if by_ticket:
+                ticket = cuda.shared.array(1, np.int64)
+                if cuda.threadIdx.x == 0:
+                    # Dynamic tile ids: tiles start in id order (see _look_back).
+                    ticket[0] = _checked_ticket(cuda.atomic.add(counter, 0, np.uint32(1)),
+                                                counter, tiles)
+                cuda.syncthreads()
+                tile = ticket[0]
+            else:
+                tile = np.int64(cuda.blockIdx.x)
+            lb = states if packed else (states[0], states[1], aggs, pres)
+            state = (tile, lb, tag, init, has_init, stash)
+            tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total)
 
         return scan_single_pass
 
     if spec.carry == "downsweep":
-        def scan_downsweep(xs, outs, n, tiles, counter, flags, tag, aggs, pres, init, has_init,
+        def scan_downsweep(xs, outs, n, tiles, counter, tag, states, aggs, pres, init, has_init,
                            totals, want_total):
             smem = tile_storage()
+            temp = scan_storage()
             stash = stash_storage()
-            tile = cuda.blockIdx.x
-            state = (tile, flags, tag, aggs, pres, init, has_init, stash)
-            tile_scan(xs, outs, n, tile, tiles, state, smem, totals, want_total)
+            tile = np.int64(cuda.blockIdx.x)
+            state = (tile, pres, tag, init, has_init, stash)
+            tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total)
 
         return scan_downsweep
 
-    def scan_single_block(xs, outs, n, tiles, counter, flags, tag, aggs, pres, init, has_init,
+    def scan_single_block(xs, outs, n, tiles, counter, tag, states, aggs, pres, init, has_init,
                           totals, want_total):
         smem = tile_storage()
+        temp = scan_storage()
         stash = stash_storage()
         for tile in range(tiles):
-            cuda.syncthreads()                   # the previous tile is out of smem and stash
-            state = (tile, flags, tag, aggs, pres, init, has_init, stash)
-            tile_scan(xs, outs, n, tile, tiles, state, smem, totals, want_total)
+            cuda.syncthreads()                   # the previous tile is done with temp and stash
+            state = (tile, pres, tag, init, has_init, stash)
+            tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total)
 
     return scan_single_block
 
@@ -568,16 +860,15 @@ def upsweep_kernel(op, in_vt, acc_vt, tile):
 
         return upsweep_striped
 
-    load_tile, _, fold_valid = _tile_io(op, in_vt, acc_vt, acc_vt, tile)
-    tile_storage = block.temp_storage(acc_vt, (nv - 1) + ((nv - 1) >> 5) + 1)
-    local_items = _local_items(acc_vt, vt)
+    io = _tile_io(op, in_vt, acc_vt, acc_vt, tile)
+    load_tile, fold_valid = io.load_tile, io.fold_valid
+    tile_storage = block.temp_storage(acc_vt, _tile_slots(tile))
 
     def upsweep_blocked(xs, n, partials):
         tid = cuda.threadIdx.x
         base = cuda.blockIdx.x * nv
         smem = tile_storage()
-        items = local_items()
-        load_tile(xs, n, base, tid, smem, items)
+        load_tile(xs, n, base, tid, smem)
         valid = min(nv, n - base)
         total = block_reduce(fold_valid(smem, valid, tid), (valid + vt - 1) // vt)
         if tid == 0:
@@ -606,39 +897,44 @@ def _check_algorithm(algorithm):
                          % (algorithm, ", ".join(ALGORITHMS)))
 
 
-def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None):
-    """Choose and validate the algorithm and size the launches (``n >= 1``)."""
+def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
+    """Choose and validate the algorithm and size the launches (``n >= 1``);
+    ``var``: a :class:`Variant` (default: :func:`variant` of the environment)."""
     _check_algorithm(algorithm)
     if algorithm is None:
         algorithm = choose(op, in_vt, acc_vt, n)
+    var = variant() if var is None else var
     tile = tile_for(in_vt, acc_vt)
     nv = tile.nt * tile.vt
     tiles = -(-n // nv)
     spine = None
     if algorithm == "single_pass":
         carry = "single_pass"
-    elif algorithm == "single_block" or tiles == 1:
-        carry = "single_block"
+        var = var._replace(states="packed" if var.states == "packed" and _packable(acc_vt)
+                           else "wide")
     else:
-        carry = "downsweep"
+        carry = "single_block" if algorithm == "single_block" or tiles == 1 else "downsweep"
+        var = var._replace(states=None, poll=None, ids=None)
+    if carry == "downsweep":
         spine_tile = tile_for(acc_vt, acc_vt)
         spine_alg = ("single_block" if tiles <= SPINE_BLOCK_TILES * spine_tile.nt * spine_tile.vt
                      else "reduce_then_scan")
-        spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg)
-    spec = Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry)
+        spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg, var)
+    spec = Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry, var)
     return Plan(spec, tiles, algorithm, spine, _scratch_bytes(spec, tiles, algorithm, spine))
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, forced_tile, thresholds):
-    return plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
+def _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, forced_tile, var, thresholds):
+    return plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, var)
 
 
 def _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm):
-    """``plan()``, cached per call shape (and per tile override and thresholds,
-    which tests change)."""
+    """``plan()``, cached per call shape (and per tile override, variant and
+    thresholds, which tests and tools/tune_scan.py change)."""
     return _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm,
-                        os.environ.get("CUFOLD_TILE"), (SINGLE_BLOCK_TILES, SPINE_BLOCK_TILES))
+                        os.environ.get("CUFOLD_TILE"), variant(),
+                        (SINGLE_BLOCK_TILES, SPINE_BLOCK_TILES))
 
 
 def _align(nbytes):
@@ -652,8 +948,10 @@ def _bytes(vt, count):
 def _scratch_bytes(spec, tiles, algorithm, spine):
     """Bytes of per-stream workspace ``_run`` carves for a plan (mirrors it)."""
     dummy_total = _bytes(spec.out_vt, 1)
-    if algorithm == "single_pass":               # published aggregates and prefixes
-        return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total
+    if algorithm == "single_pass":
+        if spec.variant.states == "packed":      # the states live in the look-back state
+            return dummy_total
+        return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total  # aggregates, prefixes
     if spine is None:                            # single block: placeholders only
         return 256 + _bytes(spec.acc_vt, 1) + dummy_total
     return 256 + _bytes(spec.acc_vt, tiles) + dummy_total + spine.scratch
@@ -687,16 +985,24 @@ def _placeholder(ws, offset):
 
 
 class _LookBackState:
-    """Per (device, stream): the tile counter and the flags of the look-back."""
+    """Per (device, stream): the tile counter and the tile states of the
+    look-back, in both layouts (``flags``: uint32 per tile; ``words``: uint64
+    per tile; each with a float view of the same memory for the volatile
+    read). Each launch has a new epoch, so a state of an earlier launch, of
+    either layout, reads as EMPTY."""
 
-    __slots__ = ("buffer", "capacity", "epoch", "counter", "flags")
+    __slots__ = ("buffer", "capacity", "epoch", "counter", "flags", "words")
 
     def __init__(self, device_id, capacity):
         self.capacity = capacity
-        self.epoch = 0                           # fresh zeros: every flag is of epoch 0
-        self.buffer = _zeroed(device_id, 256 + 4 * capacity)
+        self.epoch = 0                           # fresh zeros: every state is of epoch 0
+        words_at = 256 + _align(4 * capacity)
+        self.buffer = _zeroed(device_id, words_at + 8 * capacity)
         self.counter = self.buffer.view(np.uint32, (1,), 0)
-        self.flags = self.buffer.view(np.uint32, (capacity,), 256)
+        self.flags = (self.buffer.view(np.uint32, (capacity,), 256),
+                      self.buffer.view(np.float32, (capacity,), 256))
+        self.words = (self.buffer.view(np.uint64, (capacity,), words_at),
+                      self.buffer.view(np.float64, (capacity,), words_at))
 
 
 _look_back_states = {}
@@ -716,9 +1022,9 @@ def _zeroed(device_id, nbytes):
 
 
 def _look_back_state(device_id, stream, tiles):
-    """(counter, flags, tag) for a single-pass launch of ``tiles`` tiles; a new
-    epoch per launch, so flags never need clearing (a fresh zeroed buffer when
-    the epochs run out or more tiles are needed)."""
+    """(state, tag) for a single-pass launch of ``tiles`` tiles; a new epoch
+    per launch, so states never need clearing (a fresh zeroed buffer when the
+    epochs run out or more tiles are needed)."""
     key = (device_id, stream)
     st = _look_back_states.get(key)
     if st is None or st.capacity < tiles or st.epoch >= _EPOCH_LIMIT:
@@ -729,7 +1035,7 @@ def _look_back_state(device_id, stream, tiles):
                 cap = max(cap, 2 * st.capacity)
         st = _look_back_states[key] = _LookBackState(device_id, cap)
     st.epoch += 1
-    return st.counter, st.flags, np.uint32(st.epoch << 2)
+    return st, np.uint32(st.epoch << 2)
 
 
 def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
@@ -737,12 +1043,21 @@ def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
     may be ``xs``); ``init``: a host value of the accumulator type (an
     exclusive scan's first value; ignored by inclusive scans); ``totals``:
     1-element Arr(s) of the result type to receive the total, or None."""
+    for fn, key, grid, nt, args in launches(p, xs, outs, n, stream, device_id, init, has_init, totals):
+        launch(fn, key, grid, nt, stream, args)
+
+
+def launches(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
+    """The kernel launches of a plan, in order: ``[(kernel function, cache key,
+    grid, threads, arguments)]`` (a single-pass plan takes a new look-back epoch)."""
     _, ws = _launch.workspace(device_id, stream, p.scratch)
-    _run(p, xs, outs, n, stream, device_id, p.spec.acc_vt.make(init), bool(has_init), totals,
-         ws, 0)
+    out = []
+    _launches(p, xs, outs, n, stream, device_id, p.spec.acc_vt.make(init), bool(has_init), totals,
+              ws, 0, out)
+    return out
 
 
-def _run(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset):
+def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset, out):
     spec = p.spec
     nt = spec.tile.nt
     acc_vt, out_vt = spec.acc_vt, spec.out_vt
@@ -753,31 +1068,116 @@ def _run(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset):
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        counter, flags, tag = _look_back_state(device_id, stream, p.tiles)
-        sv = _storage_vt(acc_vt)
-        aggs, offset = _carve(ws, offset, sv, p.tiles)
-        pres, offset = _carve(ws, offset, sv, p.tiles)
-        launch(scan_kernel(spec), key, p.tiles, nt, stream,
-               (xs, outs, n, p.tiles, counter, flags, tag, aggs, pres, init, has_init, totals,
-                want_total))
+        st, tag = _look_back_state(device_id, stream, p.tiles)
+        if spec.variant.states == "packed":
+            states = st.words
+            aggs = pres = st.counter                     # unused
+        else:
+            states = st.flags
+            sv = _storage_vt(acc_vt)
+            aggs, offset = _carve(ws, offset, sv, p.tiles)
+            pres, offset = _carve(ws, offset, sv, p.tiles)
+        out.append((scan_kernel(spec), key, p.tiles, nt,
+                    (xs, outs, n, p.tiles, st.counter, tag, states, aggs, pres, init, has_init, totals,
+                     want_total)))
         return
     counter, offset = _placeholder(ws, offset)           # unused by these kernels
-    flags = counter
+    states = (counter, counter)
     if p.spine is None:                                  # one block walks every tile
-        values, offset = _carve(ws, offset, acc_vt, 1)
-        launch(scan_kernel(spec), key, 1, nt, stream,
-               (xs, outs, n, p.tiles, counter, flags, np.uint32(0), values, values, init,
-                has_init, totals, want_total))
+        out.append((scan_kernel(spec), key, 1, nt,
+                    (xs, outs, n, p.tiles, counter, np.uint32(0), states, counter, counter, init,
+                     has_init, totals, want_total)))
         return
     # reduce_then_scan: upsweep, spine (inclusive, in place), downsweep.
     spine, offset = _carve(ws, offset, acc_vt, p.tiles)
-    launch(upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile),
-           ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, stream,
-           (xs, n, spine))
-    _run(p.spine, spine, spine, p.tiles, stream, device_id, init, False, None, ws, offset)
-    launch(scan_kernel(spec), key, p.tiles, nt, stream,
-           (xs, outs, n, p.tiles, counter, flags, np.uint32(0), spine, spine, init, has_init,
-            totals, want_total))
+    out.append((upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile),
+                ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, (xs, n, spine)))
+    _launches(p.spine, spine, spine, p.tiles, stream, device_id, init, False, None, ws, offset, out)
+    out.append((scan_kernel(spec), key, p.tiles, nt,
+                (xs, outs, n, p.tiles, counter, np.uint32(0), states, counter, spine, init, has_init,
+                 totals, want_total)))
+
+
+knob = _launch.knob
+
+
+class _Express:
+    """The common scan call -- one contiguous 1-D array, no ``out``, ``stream``,
+    ``dtype``, ``init`` or ``total`` -- made cheap.
+
+    Small scans are all host time (torch.cumsum: ~10 us per call). Per (input
+    dtype, length, stream, device, library, tuning knobs) the plan and a bound
+    launch (:meth:`Kernel.bind`) are made once; a call then describes the
+    input, allocates the output and launches, writing only the input and
+    output pointers (and, single-pass, the launch's look-back epoch). Plans of
+    several launches (reduce-then-scan, for inputs of millions of elements,
+    where the host cost does not matter) go the general way (``None``).
+    """
+
+    __slots__ = ("op", "kind", "numpy_sum", "runs")
+
+    def __init__(self, op, kind, numpy_sum):
+        self.op, self.kind, self.numpy_sum = as_op(op), kind, numpy_sum
+        self.runs = {}
+
+    def __call__(self, x):
+        if x.__class__ is tuple or _launch._nvtx_annotate is not None:
+            return None
+        like = _arrays.describe(x)
+        if like.ndim != 1:
+            return None
+        n = like.size
+        h = _arrays.stream_handle(like)
+        key = (like.dtype, n, h, like.device_id, like.library, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
+        run = self.runs.get(key)
+        if run is None:
+            if len(self.runs) > 1024:
+                self.runs.clear()
+            run = self.runs[key] = self._make(like, n, h, key)
+        return run(like) if run else None
+
+    def _make(self, like, n, h, key):
+        if n == 0 or like.library == "jax":
+            return False
+        in_vt = _vt_of.get(like.dtype) or ValueType.of(like.dtype)
+        acc_vt, out_vt, identity = _types_for(self.op, in_vt, None, self.numpy_sum)
+        if identity is None and self.kind == "exclusive":
+            return False
+        init = identity if identity is not None else acc_vt.sample()
+        p = _plan_for(self.op, in_vt, acc_vt, out_vt, n, self.kind, None)
+        out_dt, dev = out_vt.dtype, like.device_id
+        template = _arrays.empty(like, (n,), out_dt)[1]
+        todo = launches(p, like, template, n, h, dev, init, False)
+        if len(todo) != 1:
+            return False
+        fn, kkey, grid, nt, args = todo[0]
+        kernel = kernel_for(fn, kkey, args)
+        empty = _arrays.empty
+        if p.algorithm != "single_pass":
+            go = kernel.bind(grid, nt, h, 0, args, (0, 1))
+
+            def run(like):
+                obj, out = empty(like, (n,), out_dt)
+                go(like, out)
+                return obj
+
+            return run
+        # Single pass: a new look-back epoch per launch (argument 5), in the
+        # state bound here; a new state (grown, or out of epochs) is bound anew.
+        bound = [args[4], kernel.bind(grid, nt, h, 0, args, (0, 1, 5))]
+        tiles = p.tiles
+
+        def run_single_pass(like):
+            st, tag = _look_back_state(dev, h, tiles)
+            if st.counter is not bound[0]:
+                fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
+                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, (0, 1, 5))]
+                st, tag = _look_back_state(dev, h, tiles)
+            obj, out = empty(like, (n,), out_dt)
+            bound[1](like, out, tag)
+            return obj
+
+        return run_single_pass
 
 
 # --- the public calls -----------------------------------------------------------------------
@@ -872,6 +1272,14 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 
 
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False):
+    if init is None and dtype is None and out is None and stream is None and algorithm is None and not total:
+        cfg = (op, kind, numpy_sum)
+        ex = _express.get(cfg)
+        if ex is None:
+            ex = _express[cfg] = _Express(op, kind, numpy_sum)
+        r = ex(x)
+        if r is not None:
+            return r
     op = as_op(op)
     if algorithm is not None and algorithm not in ALGORITHMS:
         _check_algorithm(algorithm)
@@ -909,6 +1317,9 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
             p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
             run(p, xs, outs, n, handle, like.device_id, init_value, has_init, totals)
         return (result, total_obj) if total else result
+
+
+_express = {}
 
 
 def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=None, total=False):

@@ -1,0 +1,184 @@
+"""Compile cufold's device-scan kernels for sm_90 without a GPU and report what
+ptxas makes of them: registers, shared memory, spills, and the resident blocks
+per SM that those allow (H100/H200: 64K registers, 228 KiB shared memory,
+2048 threads, 32 blocks per SM).
+
+    PYTHONPATH=src python tools/scan_ptx.py                      # the default table
+    PYTHONPATH=src python tools/scan_ptx.py int32:inclusive:single_pass:128x24
+    CUFOLD_SCAN_VARIANT=wide,atomic PYTHONPATH=src python tools/scan_ptx.py
+    PYTHONPATH=src python tools/scan_ptx.py --sass DIR int32:inclusive:single_pass
+
+A case is ``dtype[:kind[:algorithm[:NTxVT]]]`` (dtype: a NumPy name, scanned
+with plus; ``bool`` with logical_or; ``pair`` for an int64 affine-map tuple;
+``mat8`` for 2x2 byte matrices in a uint32, non-commutative). ``--sass DIR`` also writes each
+kernel's PTX, cubin and SASS (``cuobjdump -sass``) to DIR. Like
+tools/ptx_check.py, it fakes the current device so that device functions
+compile for sm_90 on a machine with no GPU.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import numba.cuda.dispatcher as _dispatcher
+from numba import cuda
+
+
+class _Hopper:
+    compute_capability = (9, 0)
+
+
+_dispatcher.get_current_device = lambda: _Hopper()  # device functions ask for the CC
+
+import cufold  # noqa: E402
+import importlib  # noqa: E402
+from cufold.device import _arrays  # noqa: E402
+from cufold.values import ValueType  # noqa: E402
+
+S = importlib.import_module("cufold.device.scan")
+R = importlib.import_module("cufold.device.reduce")
+
+CUOBJDUMP = os.environ.get("CUOBJDUMP") or next(
+    (p for p in ("/usr/local/cuda-13.0/bin/cuobjdump", "/usr/local/cuda/bin/cuobjdump",
+                 "/tmp/pipdl/x/nvidia/cu13/bin/cuobjdump") if os.path.exists(p)), "cuobjdump")
+PTXAS = os.environ.get("PTXAS", "ptxas")
+
+
+def _fake(nbytes):
+    return _arrays.Arr(0x100000, (nbytes,), (1,), np.dtype(np.uint8), nbytes, "numba", None, 0)
+
+
+# No device memory: workspaces and look-back state are fake descriptors.
+S._launch.workspace = lambda dev, stream, nbytes: (0x100000, _fake(max(nbytes, 256)))
+S._zeroed = lambda dev, nbytes: _fake(nbytes)
+
+launched = []
+
+
+def _capture(fn, key, grid, nt, stream, args):
+    launched.append((fn, key, nt, args))
+
+
+S.launch = _capture
+
+
+def _arr(dtype, n):
+    return _arrays.Arr(0x200000, (n,), (1,), np.dtype(dtype), n, "numba", None, 0)
+
+
+AFFINE = cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1]), name="affine")
+
+
+def _mat8(x, y):    # 2x2 matrices mod 256 in a uint32 (as tests/test_device_scan.py)
+    a, b, c, d = x & 255, (x >> 8) & 255, (x >> 16) & 255, (x >> 24) & 255
+    e, f, g, h = y & 255, (y >> 8) & 255, (y >> 16) & 255, (y >> 24) & 255
+    return (((a * e + b * g) & 255) | (((a * f + b * h) & 255) << 8)
+            | (((c * e + d * g) & 255) << 16) | (((c * f + d * h) & 255) << 24))
+
+
+MAT8 = cufold.Op(_mat8, identity=np.uint32(0x01000001), name="mat8")
+
+
+def kernels(case):
+    """[(name, python fn, numba signature, threads)] of one case."""
+    parts = case.split(":")
+    dtype = parts[0]
+    kind = parts[1] if len(parts) > 1 else "inclusive"
+    alg = parts[2] if len(parts) > 2 else "single_pass"
+    if len(parts) > 3:
+        os.environ["CUFOLD_TILE"] = parts[3]
+    else:
+        os.environ.pop("CUFOLD_TILE", None)
+    n = 1 << 26
+    if dtype == "pair":
+        op, vt = AFFINE, ValueType.of((np.int64, np.int64))
+        xs = (_arr(np.int64, n), _arr(np.int64, n))
+    elif dtype == "mat8":
+        op, vt = MAT8, ValueType.of(np.uint32)
+        xs = _arr(np.uint32, n)
+    elif dtype == "bool":
+        op, vt = cufold.logical_or, ValueType.of(np.bool_)
+        xs = _arr(np.bool_, n)
+    else:
+        op, vt = cufold.plus, ValueType.of(np.dtype(dtype))
+        xs = _arr(vt.dtype, n)
+    acc_vt, out_vt, _ = S._types_for(op, vt, None, False)      # as the library (float16: float32)
+    p = S.plan(op, vt, acc_vt, out_vt, n, kind, alg)
+    del launched[:]
+    init = acc_vt.make(acc_vt.sample())
+    S.run(p, xs, xs, n, 0, 0, init, kind == "exclusive", None)
+    out = []
+    for fn, key, nt, args in launched:
+        sig = tuple(R._nbtype(a) for a in args)
+        out.append(("%s/%s" % (case, getattr(fn, "__name__", "kernel")), fn, sig, nt))
+    return out
+
+
+_INFO = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def blocks_per_sm(regs, smem, nt):
+    """Resident blocks per SM on sm_90 (registers allocated per warp in units of 256)."""
+    warp_regs = -(-regs * 32 // 256) * 256
+    by_regs = 65536 // (warp_regs * (nt // 32)) if regs else 32
+    by_smem = (233472 // (smem + 1024)) if smem else 32      # 1 KiB reserved per block
+    by_threads = 2048 // nt
+    return min(by_regs, by_smem, by_threads, 32)
+
+
+def compile_one(name, fn, sig, nt, sass_dir=None):
+    # MIN_BLOCKS=k: compile with launch bounds (nt, k), i.e. ask ptxas for k resident blocks.
+    bounds = (nt, int(os.environ["MIN_BLOCKS"])) if os.environ.get("MIN_BLOCKS") else None
+    ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), launch_bounds=bounds)
+    ptx = re.sub(r"^\.version .*$", ".version 9.0", ptx, count=1, flags=re.M)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(sass_dir or tmp, re.sub(r"[^\w.-]", "_", name) + ".ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cubin = src[:-4] + ".cubin"
+        res = subprocess.run([PTXAS, "-arch=sm_90", "-v", src, "-o", cubin],
+                             capture_output=True, text=True)
+        info = res.stderr
+        if res.returncode:
+            raise RuntimeError(info)
+        if sass_dir:
+            sass = subprocess.run([CUOBJDUMP, "-sass", cubin], capture_output=True, text=True).stdout
+            with open(src[:-4] + ".sass", "w") as f:
+                f.write(sass)
+    regs = int(_INFO.search(info).group(1))
+    m = _SMEM.search(info)
+    smem = int(m.group(1)) if m else 0
+    m = _SPILL.search(info)
+    spills = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return regs, smem, spills, blocks_per_sm(regs, smem, nt)
+
+
+DEFAULT_CASES = [
+    "int32:inclusive:single_pass", "float32:inclusive:single_pass", "int32:exclusive:single_pass",
+    "int8:inclusive:single_pass", "float64:inclusive:single_pass", "pair:inclusive:single_pass",
+    "int32:inclusive:reduce_then_scan",
+]
+
+
+def main(argv):
+    sass_dir = None
+    if argv[:1] == ["--sass"]:
+        sass_dir = argv[1]
+        os.makedirs(sass_dir, exist_ok=True)
+        argv = argv[2:]
+    variant = os.environ.get("CUFOLD_SCAN_VARIANT", "")
+    print("variant: %r" % (variant or "default"))
+    print("%-58s %5s %6s %9s %7s %s" % ("kernel", "regs", "smem", "spills", "blk/SM", "thr x blk"))
+    for case in argv or DEFAULT_CASES:
+        for name, fn, sig, nt in kernels(case):
+            regs, smem, spills, bps = compile_one(name, fn, sig, nt, sass_dir)
+            print("%-58s %5d %6d %4d/%-4d %7d %4dx%d" % (name, regs, smem, spills[0], spills[1],
+                                                         bps, nt, bps))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
