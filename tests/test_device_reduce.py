@@ -811,3 +811,16 @@ def test_scalar_results_from_batches_torch(rng):
     got = torch.stack(rs).cpu().numpy()
     want = np.array([x.double().sum().item() for x in xs])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["sum", "argmin", "max"])
+def test_express_contiguous_then_strided_same_length(rng, name):
+    """A strided input of the length and dtype of an earlier contiguous one must not
+    reuse the contiguous call's bound launch (it writes pointers and lengths only)."""
+    n = 200
+    fn, ref = getattr(cufold, name), getattr(np, name)
+    h = rng.standard_normal(3 * n)
+    d = dev(h)
+    assert host(fn(dev(h[:n]))) == pytest.approx(ref(h[:n]))
+    assert host(fn(d[::3])) == pytest.approx(ref(h[::3]))
+    assert host(fn(d[1::3])) == pytest.approx(ref(h[1::3]))

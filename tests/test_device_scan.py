@@ -847,3 +847,11 @@ def test_express_repeated_calls_fresh_inputs(rng, name, n):
     outs = [fn(to_device(h)) for h in hs]
     for h, o in zip(hs, outs):
         np.testing.assert_array_equal(to_host(o), ref(h.astype(np.int64)))
+
+
+def test_express_contiguous_then_strided_same_length(rng):
+    """As for the reduce: a strided input after a contiguous one of the same length."""
+    n = 150
+    h = rng.integers(-9, 9, 3 * n).astype(np.int32)
+    np.testing.assert_array_equal(to_host(cufold.inclusive_scan(to_device(h[:n]))), np.cumsum(h[:n]))
+    np.testing.assert_array_equal(to_host(cufold.inclusive_scan(to_device(h)[1::3])), np.cumsum(h[1::3]))

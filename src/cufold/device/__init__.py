@@ -130,9 +130,9 @@ class _Express:
         if x.__class__ is tuple or _launch._nvtx_annotate is not None:
             return None
         like = _arrays.describe(x)
+        if not like.c_contiguous:     # the bound launches write pointers and lengths only
+            return None
         if like.ndim != 1:
-            if not like.c_contiguous:
-                return None
             like = _flat(like)
         n = like.size
         h = _arrays.stream_handle(like)

@@ -1124,7 +1124,7 @@ class _Express:
         if x.__class__ is tuple or _launch._nvtx_annotate is not None:
             return None
         like = _arrays.describe(x)
-        if like.ndim != 1:
+        if like.ndim != 1 or not like.c_contiguous:   # the bound launch writes pointers only
             return None
         n = like.size
         h = _arrays.stream_handle(like)
