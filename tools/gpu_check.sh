@@ -3,19 +3,29 @@
 # memcheck, racecheck and synccheck over every device algorithm, all at once (the suite
 # compiles on 12 CPU workers while the three sanitizer processes share the GPU).
 # Usage on the GPU machine, repo root, with .whl carried: bash tools/gpu_check.sh
+# The whole suite takes longer than one 10-minute device command: PART=1 and PART=2 run
+# halves of the test files (PART=all, the default, runs every file). Results are logged
+# with -v, so failures are named as they happen even if the time limit cuts the run.
 set -u
 OUT=${OUT:-/tmp/cufold-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-for tool in memcheck racecheck synccheck; do
+TOOLS=$([ "${SANITIZE:-1}" = 1 ] && echo "memcheck racecheck synccheck")   # SANITIZE=0: tests only
+for tool in $TOOLS; do
   compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_targets.py > "$OUT/sanitize-$tool.log" 2>&1 &
 done
-timeout ${TEST_TIMEOUT:-480} python3 -m pytest -n ${WORKERS:-12} -q -p no:cacheprovider ${PYTEST_ARGS:-} tests > "$OUT/pytest.log" 2>&1
+case "${PART:-all}" in
+  1) FILES="tests/test_device_reduce.py tests/test_device_scan.py tests/test_launch.py tests/test_device_arrays.py" ;;
+  2) FILES=$(ls tests/test_*.py | grep -vE "test_(device_reduce|device_scan|launch|device_arrays).py") ;;
+  *) FILES=tests ;;
+esac
+timeout ${TEST_TIMEOUT:-480} python3 -m pytest -n ${WORKERS:-12} -v -rf -p no:cacheprovider ${PYTEST_ARGS:-} $FILES > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"
 wait
-grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -40
-tail -3 "$OUT/pytest.log"
-for tool in memcheck racecheck synccheck; do
+grep -E "FAILED|ERROR" "$OUT/pytest.log" | sort -u | head -40
+echo "passed: $(grep -c PASSED "$OUT/pytest.log")"
+tail -1 "$OUT/pytest.log"
+for tool in $TOOLS; do
   echo "$tool: $(grep -E 'ERROR SUMMARY|FAILURES' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
 done
