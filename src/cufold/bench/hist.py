@@ -182,28 +182,18 @@ def _cf_hist(kind, dist, bins, algorithm=None):
     return make
 
 
-def _torch_hist(kind, dist, bins):
+def _peer_hist(lib, kind, dist, bins):
+    """torch.histc / torch.bincount or cupy.histogram / cupy.bincount over the same inputs."""
     def make(ctx):
-        torch = ctx.mod("torch")
+        mod = ctx.mod(lib)
         prims = _derived(ctx, dist, None if kind == "histogram" else bins)
-        args = _views(ctx, prims, "torch")
-        if kind == "histogram":
-            g = functools.partial(torch.histc, bins=bins, min=-1.0, max=1.0)
+        args = _views(ctx, prims, lib)
+        if kind == "bincount":
+            g = functools.partial(mod.bincount, minlength=bins)
+        elif lib == "torch":
+            g = functools.partial(mod.histc, bins=bins, min=-1.0, max=1.0)
         else:
-            g = functools.partial(torch.bincount, minlength=bins)
-        return S.Prepared(g, args)
-    return make
-
-
-def _cupy_hist(kind, dist, bins):
-    def make(ctx):
-        cupy = ctx.mod("cupy")
-        prims = _derived(ctx, dist, None if kind == "histogram" else bins)
-        args = _views(ctx, prims, "cupy")
-        if kind == "histogram":
-            g = functools.partial(cupy.histogram, bins=bins, range=(-1.0, 1.0))
-        else:
-            g = functools.partial(cupy.bincount, minlength=bins)
+            g = functools.partial(mod.histogram, bins=bins, range=(-1.0, 1.0))
         return S.Prepared(g, args)
     return make
 
@@ -216,12 +206,12 @@ def _hist_case(kind, dist, bins):
     cands += [S.Candidate("%s[%s]" % (name, a), "cufold", "cufold", _cf_hist(kind, dist, bins, a))
               for a in _algorithms("histogram")]
     if kind == "histogram":
-        cands += [S.Candidate("torch.histc", "torch", "peer", _torch_hist(kind, dist, bins), check=loose),
-                  S.Candidate("cupy.histogram", "cupy", "peer", _cupy_hist(kind, dist, bins), check=loose)]
+        cands += [S.Candidate("torch.histc", "torch", "peer", _peer_hist("torch", kind, dist, bins), check=loose),
+                  S.Candidate("cupy.histogram", "cupy", "peer", _peer_hist("cupy", kind, dist, bins), check=loose)]
         title = "histogram float32, %d bins, %s" % (bins, dist)
     else:
-        cands += [S.Candidate("torch.bincount", "torch", "peer", _torch_hist(kind, dist, bins)),
-                  S.Candidate("cupy.bincount", "cupy", "peer", _cupy_hist(kind, dist, bins))]
+        cands += [S.Candidate("torch.bincount", "torch", "peer", _peer_hist("torch", kind, dist, bins)),
+                  S.Candidate("cupy.bincount", "cupy", "peer", _peer_hist("cupy", kind, dist, bins))]
         title = "bincount int32, %d bins, %s" % (bins, dist)
     return S.Case("%s/%d/%s" % (kind, bins, dist), kind, title, "float32", "uniform", 4, "sum", exact, cands)
 

@@ -101,13 +101,25 @@ class _Express:
     depend on the input dtype (accumulator, result, lift, project).
     """
 
-    __slots__ = ("op", "options", "runs", "torch_runs")
+    __slots__ = ("op", "options", "name", "needs_items", "runs", "torch_runs")
 
-    def __init__(self, op, options=None):
+    def __init__(self, op, options=None, name="reduce", needs_items=False):
         self.op = as_op(op)
         self.options = options or (lambda dt: {})
+        self.name, self.needs_items = name, needs_items
         self.runs = {}
         self.torch_runs = {}    # torch tensors: keyed by the tensor's own attributes
+
+    def reduce(self, x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims):
+        """The reduction this object is: the express path for a plain call, else
+        the general one (``_reduce``) with the same configuration."""
+        if (init is None and dtype is None and out is None and stream is None and axis is None
+                and not keepdims and algorithm is None and deterministic):
+            r = self(x)
+            if r is not None:
+                return r
+        return _reduce(x, self.op, init, dtype, out, stream, algorithm, deterministic, axis=axis,
+                       keepdims=keepdims, options=self.options, name=self.name, needs_items=self.needs_items)
 
     def __call__(self, x):
         if x.__class__ is _arrays.TORCH_TENSOR[0] and _launch._nvtx_annotate is None:
@@ -173,10 +185,18 @@ class _Express:
 
 
 def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=None, keepdims=False,
-            lift="value", project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False):
+            lift="value", project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False,
+            options=None):
+    """The general reduction. ``options``: ``dtype -> {keyword: value}``, those of
+    ``lift``, ``project``, ``ddof``, ``acc``, ``result`` that depend on the input's
+    dtype (read here, from the one description of ``x``)."""
     with _launch.nvtx_range(name):
         arrs = _inputs(x)
         like = arrs[0]
+        if options is not None:
+            o = options(like.dtype)
+            lift, project, ddof = o.get("lift", lift), o.get("project", project), o.get("ddof", ddof)
+            acc, result = o.get("acc", acc), o.get("result", result)
         if like.ndim != 1 or axis is not None or keepdims:
             axes = _axis.normalize_axis(axis, like.ndim)
             whole = len(axes) == like.ndim and not keepdims and all(a.c_contiguous for a in arrs)
@@ -260,86 +280,50 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
         >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
         (array(45, dtype=int32), array(18, dtype=int32))
     """
-    if (init is None and out is None and stream is None and axis is None and dtype is None
-            and algorithm is None and not keepdims):
-        ex = _express_by_op.get(op)
-        if ex is None:
-            ex = _express_by_op[op] = _Express(op)
-        r = ex(x)
-        if r is not None:
-            return r
-    return _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims)
+    ex = _express_by_op.get(op)
+    if ex is None:
+        if len(_express_by_op) > 256:
+            _express_by_op.clear()
+        ex = _express_by_op[op] = _Express(op)
+    return ex.reduce(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
 _express_by_op = {}
-
-
-def _plain(out, stream, axis, keepdims, algorithm, dtype=None):
-    """Whether a shortcut's call is the :class:`_Express` kind."""
-    return out is None and stream is None and axis is None and not keepdims and algorithm is None and dtype is None
-
-
-_SUM, _PROD, _MIN, _MAX = _Express(plus), _Express(multiplies), _Express(minimum), _Express(maximum)
+_SUM, _PROD = _Express(plus, name="sum"), _Express(multiplies, name="prod")
+_MIN, _MAX = _Express(minimum, name="min", needs_items=True), _Express(maximum, name="max", needs_items=True)
 
 
 def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
     """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
-    if deterministic and _plain(out, stream, axis, keepdims, algorithm, dtype):
-        r = _SUM(x)
-        if r is not None:
-            return r
-    return _reduce(x, plus, None, dtype, out, stream, algorithm, deterministic, axis=axis, keepdims=keepdims, name="sum")
+    return _SUM.reduce(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
 def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
     """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
-    if _plain(out, stream, axis, keepdims, algorithm, dtype):
-        r = _PROD(x)
-        if r is not None:
-            return r
-    return _reduce(x, multiplies, None, dtype, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="prod")
+    return _PROD.reduce(x, None, dtype, out, stream, algorithm, True, axis, keepdims)
 
 
 def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
-    if _plain(out, stream, axis, keepdims, algorithm):
-        r = _MIN(x)
-        if r is not None:
-            return r
-    return _reduce(x, minimum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="min",
-                   needs_items=True)
+    return _MIN.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
-    if _plain(out, stream, axis, keepdims, algorithm):
-        r = _MAX(x)
-        if r is not None:
-            return r
-    return _reduce(x, maximum, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims, name="max",
-                   needs_items=True)
-
-
-def _dtype_of(x):
-    return _arrays.describe(x).dtype
+    return _MAX.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def _arg_options(dt):
     return {"lift": "index", "project": "index", "acc": (_types.accumulate(dt), np.int64), "result": np.int64}
 
 
-_ARGMIN, _ARGMAX = _Express(_argmin_op, _arg_options), _Express(_argmax_op, _arg_options)
+_ARGMIN = _Express(_argmin_op, _arg_options, name="argmin", needs_items=True)
+_ARGMAX = _Express(_argmax_op, _arg_options, name="argmax", needs_items=True)
 
 
 def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
-    if _plain(out, stream, axis, keepdims, algorithm):
-        r = (_ARGMAX if op is _argmax_op else _ARGMIN)(x)
-        if r is not None:
-            return r
-    dt = _types.accumulate(_dtype_of(x))  # float16 values compare as float32, exactly
-    return _reduce(x, op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
-                   lift="index", project="index",
-                   acc=(dt, np.int64), result=np.int64, name=name, needs_items=True)
+    return (_ARGMAX if op is _argmax_op else _ARGMIN).reduce(x, None, None, out, stream, algorithm, True,
+                                                            axis, keepdims)
 
 
 def _argmin(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
@@ -360,11 +344,13 @@ def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=No
 
 def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
-    dt = _dtype_of(x)
-    acc = _types.accumulate(dt)
     return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
-                   lift="pair",
-                   acc=(acc, acc), result=(dt, dt), name="minmax", needs_items=True)
+                   lift="pair", options=_minmax_options, name="minmax", needs_items=True)
+
+
+def _minmax_options(dt):
+    acc = _types.accumulate(dt)
+    return {"acc": (acc, acc), "result": (dt, dt)}
 
 
 # argmin, argmax and minmax are operators (cufold.argmax(a, b) combines two
@@ -382,20 +368,16 @@ def _moment_options(project, ddof, dtype, in_dtype):
     return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
 
 
-_MEAN = _Express(welford, lambda dt: _moment_options("mean", 0, None, dt))
-_VAR = _Express(welford, lambda dt: _moment_options("var", 0, None, dt))
+_MEAN = _Express(welford, lambda dt: _moment_options("mean", 0, None, dt), name="mean", needs_items=True)
+_VAR = _Express(welford, lambda dt: _moment_options("var", 0, None, dt), name="var", needs_items=True)
 
 
 def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
-    if project != "mean_var" and ddof == 0 and _plain(out, stream, axis, keepdims, algorithm, dtype):
-        r = (_MEAN if project == "mean" else _VAR)(x)
-        if r is not None:
-            return r
-    o = _moment_options(project, ddof, dtype, _dtype_of(x))
-    acc, result = o["acc"][0], o["result"]
+    if ddof == 0 and dtype is None and project != "mean_var":
+        return (_MEAN if project == "mean" else _VAR).reduce(x, None, None, out, stream, algorithm, True,
+                                                             axis, keepdims)
     return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
-                   lift="welford", project=project,
-                   ddof=ddof, acc=(acc, acc, acc), result=result, name=name, needs_items=True)
+                   name=name, needs_items=True, options=lambda dt: _moment_options(project, ddof, dtype, dt))
 
 
 def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):

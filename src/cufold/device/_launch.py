@@ -837,7 +837,7 @@ class Bound:
                 lines.append("        _s[%d] = _s[%d] = v%d.size" % (first + 2, first + 5, j))
                 lines.append("        _s[%d] = v%d.ptr" % (first + 4, j))
                 if ty.layout != "C":
-                    lines.append("        _s[%d] = v%d.strides[0] * %d" % (first + 6, j, v_isz(ty)))
+                    lines.append("        _s[%d] = v%d.strides[0] * %d" % (first + 6, j, _itemsize(ty)))
             elif isinstance(ty, nbtypes.Integer) and ty.bitwidth == 64:
                 lines.append("        _s[%d] = v%d" % (first, j))
             else:
@@ -878,7 +878,8 @@ class Bound:
         return go
 
 
-def v_isz(ty):
+def _itemsize(ty):
+    """Bytes per element of Numba array type ``ty``."""
     from numba.np.numpy_support import as_dtype
     return np.dtype(as_dtype(ty.dtype)).itemsize
 

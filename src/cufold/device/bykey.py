@@ -312,20 +312,26 @@ def _slot(spec):
     find_peers = warp.peers(np.int64 if spec.wide else np.int32)
     group_total = warp.reduce_peers(spec.op, out_vt)
 
-    if spec.algorithm == "warp":
+    def by_peers(deliver):
+        """The slot of seed 001's aggregation: each group of lanes holding one key is
+        reduced, and its first lane hands the total to ``deliver`` (a global update,
+        or an insert into the block's table); a row of distinct keys (random keys)
+        takes plain updates at once (a warp-uniform branch)."""
         @cuda.jit(device=True)
-        def warp_slot(out, bits, idx, v, ok):
+        def peer_slot(out, bits, idx, v, ok, *table):
             p = find_peers(idx)   # lanes without a valid key hold -1: they match no real key
             lane = cuda.laneid
             if cuda.all_sync(FULL_MASK, p == (1 << lane)):
-                # every key distinct in this warp (random keys): plain atomics
                 if ok:
                     update(out, bits, idx, v)
             else:
                 s = group_total(p, v)
                 if ok and cuda.ffs(p) - 1 == lane:
-                    update(out, bits, idx, s)
-        return warp_slot
+                    deliver(out, bits, idx, s, *table)
+        return peer_slot
+
+    if spec.algorithm == "warp":
+        return by_peers(update)
 
     slots = spec.tile.slots
     mask = slots - 1
@@ -355,19 +361,7 @@ def _slot(spec):
         if not done:                # the neighbourhood is full: straight to global memory
             update(out, bits, idx, v)
 
-    @cuda.jit(device=True)
-    def block_slot(out, bits, idx, v, ok, tkeys, tvals, count):
-        p = find_peers(idx)
-        lane = cuda.laneid
-        if cuda.all_sync(FULL_MASK, p == (1 << lane)):
-            if ok:
-                update(out, bits, idx, v)
-        else:
-            s = group_total(p, v)
-            if ok and cuda.ffs(p) - 1 == lane:
-                insert(out, bits, idx, s, tkeys, tvals, count)
-
-    return block_slot
+    return by_peers(insert)
 
 
 # --- runs / adaptive rows -----------------------------------------------------------------
@@ -661,6 +655,17 @@ def scatter_kernel(spec):
     update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     empty = -1
 
+    @cuda.jit(device=True)
+    def flush(out, bits, tkeys, tvals, tid):
+        """One update of ``out`` per key in the shared table, which is left empty
+        (the block's threads share the slots; a barrier must follow)."""
+        for s in range(tid, slots, nt):
+            k = tkeys[s]
+            if k != empty:
+                update(out, bits, k, value_of(tvals[s]))
+                tkeys[s] = empty
+                tvals[s] = identity
+
     if spec.algorithm == "table":
         def scatter_table(keys, values, out, bits, n, m, status, epoch):
             tkeys = cuda.shared.array(slots, kt)
@@ -682,12 +687,7 @@ def scatter_kernel(spec):
                 # a barrier for the tile's inserts; the flush (one update per key) is skipped
                 # when no row of the tile used the table
                 if cuda.syncthreads_or(1 if used else 0):
-                    for s in range(tid, slots, nt):
-                        k = tkeys[s]
-                        if k != empty:
-                            update(out, bits, k, value_of(tvals[s]))
-                            tkeys[s] = empty
-                            tvals[s] = identity
+                    flush(out, bits, tkeys, tvals, tid)
                     cuda.syncthreads()
                 t += cuda.gridDim.x
 
@@ -720,12 +720,7 @@ def scatter_kernel(spec):
             # A barrier for the tile's inserts, and one block-wide decision: flush when
             # the table is half full, and after the block's last tile.
             if cuda.syncthreads_or(1 if (count[0] > flush_at or t == t1 - 1) else 0):
-                for s in range(tid, slots, nt):
-                    k = tkeys[s]
-                    if k != empty:
-                        update(out, bits, k, value_of(tvals[s]))
-                        tkeys[s] = empty
-                        tvals[s] = identity
+                flush(out, bits, tkeys, tvals, tid)
                 cuda.syncthreads()
                 if tid == 0:
                     count[0] = 0

@@ -523,12 +523,7 @@ def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
     ``by_pointer``: ``go(x_ptr, out_ptr)`` instead, for 1-D contiguous ``xs``
     of this plan's length and a 1-element ``outs``: only the pointers change."""
     if by_pointer:
-        spec = plan_.spec
-        partials, counter = _workspace(device_id, stream, spec.acc_vt, max(plan_.grid, 1))
-        zero = _zero(spec.acc_vt)
-        args = (xs, xs.size, partials, counter, outs, zero, False)
-        kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
-        return kernel.bind(plan_.grid, spec.tile.nt, stream, 0, args, ((0, "ptr"), (4, "ptr")))
+        return _one_launch(plan_, xs, outs, stream, device_id, ((0, "ptr"), (4, "ptr")))
     key = (plan_, stream, _layout(xs), _layout(outs))
     go = _runners.get(key)
     if go is None:
@@ -577,15 +572,17 @@ def run(plan_, xs, n, outs, stream, device_id, init):
            (partials, grid, partials, counter, outs, init_value, has_init))
 
 
-def _one_launch(plan_, xs, outs, stream, device_id):
+def _one_launch(plan_, xs, outs, stream, device_id, vary=(0, 1, 4)):
+    """The runner of a one-launch plan: a bound launch (:meth:`Kernel.bind`)
+    where the arguments ``vary`` (default: the input, its length, the result)
+    change from call to call, else a closure over :meth:`Kernel.launch`."""
     spec, grid, nt = plan_.spec, plan_.grid, plan_.spec.tile.nt
     partials, counter = _workspace(device_id, stream, spec.acc_vt, max(grid, 1))
     zero = _zero(spec.acc_vt)
-    args = (xs, 1, partials, counter, outs, zero, False)
+    args = (xs, xs.size if xs.__class__ is _arrays.Arr else 1, partials, counter, outs, zero, False)
     kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
     if xs.__class__ is _arrays.Arr and outs.__class__ is _arrays.Arr and xs.ndim == 1 and outs.ndim == 1:
-        # Only the input, its length and the result change from call to call.
-        return kernel.bind(grid, nt, stream, 0, (xs, xs.size, partials, counter, outs, zero, False), (0, 1, 4))
+        return kernel.bind(grid, nt, stream, 0, args, vary)
     launch_ = kernel.launch
 
     def runner(xs, n, outs):
