@@ -15,6 +15,8 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not glob.glob("/dev/nvidia[0-9]*
     # Each simulated CUDA thread is a Python thread; a shorter switch interval
     # makes their many rendezvous (barriers, shuffles) about 1.5x faster.
     sys.setswitchinterval(0.001)
+# JAX takes 75% of the GPU's memory when it first runs; the test workers share one GPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

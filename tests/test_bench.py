@@ -601,3 +601,25 @@ def test_cufold_candidates_through_numba():
         rec = RU.measure_candidate(backend, env, case, cand, data, settings)
         assert rec["status"] == "ok", rec
         assert rec["reps"] == 1 and rec["buffers"] == 2
+
+
+def test_per_call_loops_take_turns():
+    """The wall-clock loops of a case's candidates alternate (A B A B ...), so a drift
+    of the host's speed falls on all of them; a candidate that fails is left out."""
+    order = []
+
+    class Clock:
+        def wall_per_call_us(self, fn, args, calls):
+            order.append(fn())
+            return float(len(order))
+
+    def boom():
+        raise RuntimeError("lost")
+
+    recs = [{"status": "ok"}, {"status": "ok"}, {"status": "ok"}]
+    turns = [(recs[0], lambda: "A", [0], 10), (recs[1], lambda: "B", [0], 20), (recs[2], boom, [0], 5)]
+    RU.measure_calls(Clock(), turns, T.Settings(call_repeats=3))
+    assert order == ["A", "B"] * 3
+    assert recs[0]["call_loops_us"] == [1.0, 3.0, 5.0] and recs[0]["call_us"] == 3.0
+    assert recs[1]["call_us"] == 4.0 and recs[1]["calls"] == 20
+    assert recs[2]["status"] == "error" and "lost" in recs[2]["note"] and "call_us" not in recs[2]

@@ -121,13 +121,11 @@ AGGREGATING = ("runs", "adaptive", "table")
 def runs_keys(rng, n, m, lengths, bad=0.0):
     """Keys in runs of the given lengths (random keys in [0, m)); a fraction ``bad`` of
     the runs has an out-of-range key (negative or >= m)."""
-    out = []
-    while sum(len(r) for r in out) < n:
-        k = int(rng.integers(0, m))
-        if rng.random() < bad:
-            k = int(rng.choice([-1, m, m + 7]))
-        out.append(np.full(int(rng.choice(lengths)), k))
-    return np.concatenate(out)[:n]
+    count = n // min(lengths) + 1                  # enough runs to cover n
+    run_keys = rng.integers(0, m, count)
+    flawed = rng.random(count) < bad
+    run_keys[flawed] = rng.choice([-1, m, m + 7], int(flawed.sum()))
+    return np.repeat(run_keys, rng.choice(lengths, count))[:n]
 
 
 @pytest.mark.parametrize("tile", [None, "32x4x64"])

@@ -835,7 +835,7 @@ def test_reduce_then_scan_bitwise_reproducible(rng):
 # --- the express path: repeated plain calls ------------------------------------------------
 
 @pytest.mark.parametrize("name", ["cumsum", "inclusive_scan", "exclusive_scan", "cummax"])
-@pytest.mark.parametrize("n", [100, 1000])
+@pytest.mark.parametrize("n", [100, 1000] + ([] if SIMULATOR else [(1 << 16) + 3]))   # GPU: single-pass
 def test_express_repeated_calls_fresh_inputs(rng, name, n):
     """Plain calls of one length reuse one bound launch (and, single-pass, take
     a new look-back epoch each): every call must scan its own input into its
@@ -855,3 +855,23 @@ def test_express_contiguous_then_strided_same_length(rng):
     h = rng.integers(-9, 9, 3 * n).astype(np.int32)
     np.testing.assert_array_equal(to_host(cufold.inclusive_scan(to_device(h[:n]))), np.cumsum(h[:n]))
     np.testing.assert_array_equal(to_host(cufold.inclusive_scan(to_device(h)[1::3])), np.cumsum(h[1::3]))
+
+
+@pytest.mark.parametrize("n", [100, 1000] + ([] if SIMULATOR else [(1 << 16) + 3]))
+def test_express_out_and_in_place(rng, n):
+    """``out=`` of the result's dtype takes the express path too: into a fresh
+    array, in place (``out`` is ``x``), and after calls without ``out``; an ``out``
+    of another dtype or length goes the general way, which explains the error."""
+    h = rng.integers(-100, 100, n).astype(np.int32)
+    x = to_device(h)
+    plain = cufold.inclusive_scan(x)
+    dest = to_device(np.full(n, 77, np.int32))                       # poisoned
+    assert cufold.inclusive_scan(x, out=dest) is dest
+    np.testing.assert_array_equal(to_host(dest), np.cumsum(h))
+    np.testing.assert_array_equal(to_host(plain), np.cumsum(h))
+    assert cufold.inclusive_scan(x, out=x) is x                       # in place
+    np.testing.assert_array_equal(to_host(x), np.cumsum(h))
+    with pytest.raises(TypeError, match="dtype int64"):
+        cufold.inclusive_scan(to_device(h), out=to_device(np.zeros(n, np.int64)))
+    with pytest.raises(ValueError, match="elements"):
+        cufold.inclusive_scan(to_device(h), out=to_device(np.zeros(n + 1, np.int32)))

@@ -148,9 +148,29 @@ def test_bind_varies_bare_pointers(rng, mode):
     _check_mode(k, mode)
 
 
+def echo_ints(out, a, b, c):
+    if cuda.grid(1) == 0:
+        out[0] = a
+        out[1] = b
+        out[2] = c
+
+
+def test_bind_varies_narrow_integers(mode):
+    """Integers narrower than 64 bits (a single-pass scan's uint32 epoch): each has its
+    own 8-byte slot, written as its low bytes, negative values included."""
+    k = L.Kernel(echo_ints, (t.Array(t.int64, 1, "C"), t.int32, t.uint32, t.int8))
+    out = A.describe(_dev(np.zeros(3, np.int64)))
+    go = k.bind(1, 32, A.stream_handle(out), 0, (out, np.int32(5), np.uint32(6), np.int8(7)), (1, 2, 3))
+    for a, b, c in ((-1, 2**32 - 1, -128), (2**31 - 1, 2**31, 127), (-(2**31), 0, -1)):
+        A.as_numba(out).copy_to_device(np.full(3, 99, np.int64))   # poison
+        go(np.int32(a), np.uint32(b), np.int8(c))
+        assert A.as_numba(out).copy_to_host().tolist() == [a, b, c]
+    _check_mode(k, mode)
+
+
 @gpu_only
 def test_bind_rejects_what_it_cannot_vary():
-    """The direct path writes 1-D arrays and 64-bit integers only (the
+    """The direct path writes 1-D arrays and integers only (the
     simulator's fallback substitutes any argument)."""
     k = L.Kernel(scale, SCALE_SIG)
     x = A.describe(_dev(np.zeros(4, np.float32)))

@@ -1,6 +1,6 @@
 """Per-call host costs of cufold's device calls and of their parts, on a GPU.
 
-    PYTHONPATH=src python tools/host_costs.py [--calls 20000]
+    PYTHONPATH=src python tools/host_costs.py [--calls 20000] [--profile ROW ...]
 
 Each row is the best of 5 loops of ``--calls`` back-to-back calls, in us per
 call (the GPU work of these tiny calls is shorter than their host time, so this
@@ -39,11 +39,14 @@ def per_call(fn, calls):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", nargs="*", metavar="ROW",
+                    help="cProfile these rows (by name; none given: cufold.sum)")
     a = ap.parse_args()
     x = torch.rand(1 << 10, device="cuda")
     xi = torch.randint(0, 9, (1 << 10,), device="cuda", dtype=torch.int32)
     dev = torch.device("cuda", 0)
+    y, o, s = torch.empty_like(x), torch.empty((), device=dev), torch.cuda.current_stream()
+    offsets = torch.linspace(0, x.numel(), 101, device=dev).to(torch.int64)
     arr = _arrays.describe(x)
     rows = [
         ("torch.sum", lambda: torch.sum(x)),
@@ -52,6 +55,13 @@ def main():
         ("cufold.cumsum", lambda: cufold.cumsum(x)),
         ("torch.cumsum int32", lambda: torch.cumsum(xi, 0)),
         ("cufold.cumsum int32", lambda: cufold.cumsum(xi)),
+        ("cufold.cumsum out=", lambda: cufold.cumsum(x, out=y)),
+        ("cufold.cumsum stream= (general)", lambda: cufold.cumsum(x, stream=s)),
+        ("cufold.sum out= (general)", lambda: cufold.sum(x, out=o)),
+        ("cufold.mean_var", lambda: cufold.mean_var(x)),
+        ("torch.var_mean", lambda: torch.var_mean(x)),
+        ("cufold.segmented_reduce 100", lambda: cufold.segmented_reduce(x, offsets)),
+        ("torch.segment_reduce 100", lambda: torch.segment_reduce(x, "sum", offsets=offsets)),
         ("describe(torch)", lambda: _arrays.describe(x)),
         ("stream_handle", lambda: _arrays.stream_handle(arr)),
         ("empty 0-d (cufold)", lambda: _arrays.empty(arr, (), np.float32)),
@@ -65,12 +75,17 @@ def main():
     runner = next(iter(R._runners.values()), None)
     print("launch api:", _launch._driver().api)
     for name, fn in rows:
-        print("%-28s %7.2f us" % (name, per_call(fn, a.calls)), flush=True)
+        try:
+            print("%-32s %7.2f us" % (name, per_call(fn, a.calls)), flush=True)
+        except Exception as e:                    # a peer's API that this version lacks
+            print("%-32s failed: %s" % (name, str(e).splitlines()[0][:90]), flush=True)
     if runner is not None:
         outs = _arrays.empty(arr, (1,), np.float32)[1]
         print("%-28s %7.2f us" % ("reduce runner (launch only)", per_call(lambda: runner(arr, 1024, outs), a.calls)))
-    if a.profile:
-        cProfile.runctx("for _ in range(20000): cufold.sum(x)", globals(), {"cufold": cufold, "x": x}, "/tmp/p")
+    for name in ([] if a.profile is None else a.profile or ["cufold.sum"]):
+        fn = dict(rows)[name]
+        print("\n== profile of %s" % name)
+        cProfile.runctx("for _ in range(5000): fn()", globals(), {"fn": fn}, "/tmp/p")
         pstats.Stats("/tmp/p").sort_stats("tottime").print_stats(14)
     return 0
 

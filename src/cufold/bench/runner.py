@@ -10,7 +10,10 @@ Per (case, size, candidate):
    estimate; time ``reps`` calls (:func:`~.timing.choose_reps`) with events,
    rotating over the buffers: ``gpu_us`` = median;
 4. for sizes <= ``2**call_max_log2``: ``call_us`` = median over
-   ``call_repeats`` wall-clock loops of back-to-back calls.
+   ``call_repeats`` wall-clock loops of back-to-back calls. The loops of a
+   case's candidates at one size take turns (A B C A B C ...), so a drift of
+   the host's speed (clocks, other processes) falls on all of them alike and
+   their ratios hold.
 
 The backend (array library, clock) is injected, so this runs on the CPU in
 the tests with NumPy "device" arrays.
@@ -30,7 +33,7 @@ from . import suites as S
 from .backends import Skip
 from .timing import choose_calls, choose_reps, rotation_count, rotation_note, summarize
 
-__all__ = ["Inputs", "DataCache", "measure_candidate", "run_suite", "Progress", "measure_copy_ceiling"]
+__all__ = ["Inputs", "DataCache", "measure_candidate", "measure_calls", "run_suite", "Progress", "measure_copy_ceiling"]
 
 
 class Progress:
@@ -122,6 +125,17 @@ class DataCache:
         return self._refs[key]
 
 
+def _failed(rec, cand, e):
+    """A candidate that raised: NotImplementedError, or a peer's ValueError, is a case
+    it does not support (skipped); anything else, a cufold ValueError included, is an
+    error (a scan's express path once raised one at some sizes, shown as a skip)."""
+    if isinstance(e, NotImplementedError) or (cand.lib != "cufold" and isinstance(e, ValueError)):
+        rec.update(status="skipped", note=_short_exc(e))
+    else:
+        rec.update(status="error", note=_short_exc(e), traceback=traceback.format_exc(limit=6))
+    return rec
+
+
 def _dtype_name(obj):
     """'int64' for a torch/CuPy/Numba array result, else None."""
     dt = getattr(obj, "dtype", None)
@@ -136,8 +150,10 @@ def _short_exc(e):
     return "%s: %s" % (type(e).__name__, lines[0][:300] if lines else "")
 
 
-def measure_candidate(backend, env, case, cand, data, settings, log=None):
-    """One record (dict) for ``cand`` of ``case`` at ``data.n``."""
+def measure_candidate(backend, env, case, cand, data, settings, log=None, call_turns=None):
+    """One record (dict) for ``cand`` of ``case`` at ``data.n``. ``call_turns``: a
+    list to leave the wall-clock loops in, for :func:`measure_calls` to run in turns
+    with other candidates' (None: run them here)."""
     n = data.n
     rec = {"case": case.id, "label": cand.label, "lib": cand.lib, "role": cand.role,
            "log2n": data.log2n, "n": n, "bytes": case.bytes_per_elem * n,
@@ -156,12 +172,8 @@ def measure_candidate(backend, env, case, cand, data, settings, log=None):
     except Skip as e:
         rec.update(status="skipped", note=str(e))
         return rec
-    except (NotImplementedError, ValueError) as e:
-        rec.update(status="skipped", note=_short_exc(e))
-        return rec
     except Exception as e:
-        rec.update(status="error", note=_short_exc(e), traceback=traceback.format_exc(limit=6))
-        return rec
+        return _failed(rec, cand, e)
 
     fn, args = prep.fn, prep.args
     # -- first call (compiles), result check --------------------------------
@@ -181,12 +193,8 @@ def measure_candidate(backend, env, case, cand, data, settings, log=None):
         cctx = S.CheckCtx(data.reference(case.ref_kind, case.dtype, case.dist), inputs.host0, idx, n,
                           case.dtype)
         ok, note = (cand.check or case.check)(got, cctx)
-    except (NotImplementedError, ValueError) as e:
-        rec.update(status="skipped", note=_short_exc(e))
-        return rec
     except Exception as e:
-        rec.update(status="error", note=_short_exc(e), traceback=traceback.format_exc(limit=6))
-        return rec
+        return _failed(rec, cand, e)
     if not ok:
         rec.update(status="mismatch", note=note)
         return rec
@@ -207,14 +215,34 @@ def measure_candidate(backend, env, case, cand, data, settings, log=None):
             pre = clock.wall_per_call_us(fn, args, 10)
             calls = choose_calls(min(pre, st["median"]) * 1e-6, settings.call_target_s, settings.call_min,
                                  settings.call_max)
-            loops = [clock.wall_per_call_us(fn, args, calls) for _ in range(settings.call_repeats)]
-            rec.update(call_us=summarize(loops)["median"], call_loops_us=loops, calls=calls)
+            turn = (rec, fn, args, calls)
+            if call_turns is None:
+                measure_calls(clock, [turn], settings)
+            else:
+                call_turns.append(turn)
         if rec["gpu_us"] and rec["gpu_us"] > 0:
             rec["GBps"] = rec["bytes"] / rec["gpu_us"] / 1e3
     except Exception as e:
         rec.update(status="error", note="while timing: " + _short_exc(e),
                    traceback=traceback.format_exc(limit=6))
     return rec
+
+
+def measure_calls(clock, turns, settings):
+    """``call_us`` of each ``(record, fn, args, calls)``: ``call_repeats`` rounds,
+    each one wall-clock loop per candidate, in turns; the median per candidate."""
+    loops = [[] for _ in turns]
+    for _ in range(settings.call_repeats):
+        for (rec, fn, args, calls), mine in zip(turns, loops):
+            if rec["status"] == "ok":
+                try:
+                    mine.append(clock.wall_per_call_us(fn, args, calls))
+                except Exception as e:
+                    rec.update(status="error", note="while timing calls: " + _short_exc(e),
+                               traceback=traceback.format_exc(limit=6))
+    for (rec, _, _, calls), mine in zip(turns, loops):
+        if rec["status"] == "ok" and mine:
+            rec.update(call_us=summarize(mine)["median"], call_loops_us=mine, calls=calls)
 
 
 def measure_copy_ceiling(backend, env, settings, l2_bytes, log2n=None):
@@ -242,9 +270,10 @@ def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, sa
         n = 1 << log2n
         data = DataCache(backend, n, l2, settings, log2n)
         for case in cases:
+            turns = []
             for cand in case.candidates:
                 bar.describe("%s 2^%d %s" % (case.id, log2n, cand.label))
-                rec = measure_candidate(backend, env, case, cand, data, settings)
+                rec = measure_candidate(backend, env, case, cand, data, settings, call_turns=turns)
                 records.append(rec)
                 if rec["status"] in ("mismatch", "error"):
                     key = (cand.label, rec["status"], rec["note"])
@@ -253,6 +282,9 @@ def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, sa
                         bar.write("!! %s: %s 2^%d %s: %s" % (rec["status"].upper(), case.id, log2n,
                                                              cand.label, rec["note"]))
                 bar.update()
+            if turns:
+                bar.describe("%s 2^%d per-call loops" % (case.id, log2n))
+                measure_calls(backend.clock, turns, settings)
         del data
         backend.release()
 

@@ -12,8 +12,9 @@ Two numbers are measured for every (candidate, size):
     the host's time to issue them (that is ``call_us``).
 ``call_us``
     wall-clock time per call of ``N`` back-to-back calls followed by one
-    synchronize (``time.perf_counter``), median of a few such loops. This is
-    what a Python caller pays per call: ``max(host overhead, GPU time)``,
+    synchronize (``time.perf_counter``), median of a few such loops (taken in
+    turns with the case's other candidates). This is what a Python caller
+    pays per call: ``max(host overhead, GPU time)``,
     since launches queue asynchronously. Measured for sizes up to
     ``2**call_max_log2`` (default 2^20), where host overhead matters.
 
@@ -57,7 +58,7 @@ class Settings:
     call_target_s: float = 0.08   # seconds per wall-clock loop
     call_min: int = 100
     call_max: int = 20000
-    call_repeats: int = 3         # wall-clock loops; the median is reported
+    call_repeats: int = 5         # wall-clock loops (in turns with the peers'); the median
     l2_factor: float = 3.0        # rotation bytes > l2_factor * L2 ...
     buffer_cap: int = 64          # ... with at most this many buffers
     seed: int = 12345

@@ -838,10 +838,13 @@ class Bound:
                 lines.append("        _s[%d] = v%d.ptr" % (first + 4, j))
                 if ty.layout != "C":
                     lines.append("        _s[%d] = v%d.strides[0] * %d" % (first + 6, j, _itemsize(ty)))
-            elif isinstance(ty, nbtypes.Integer) and ty.bitwidth == 64:
-                lines.append("        _s[%d] = v%d" % (first, j))
+            elif isinstance(ty, nbtypes.Integer):
+                # every parameter has its own 8-byte slot: a narrower integer is the
+                # slot's low bytes (little-endian), whatever its sign (two's complement)
+                lines.append("        _s[%d] = v%d" % (first, j) if ty.bitwidth == 64 else
+                             "        _s[%d] = int(v%d) & %d" % (first, j, (1 << ty.bitwidth) - 1))
             else:
-                raise ValueError("cufold: Kernel.bind varies arrays and 64-bit integers only, not %s" % ty)
+                raise ValueError("cufold: Kernel.bind varies 1-D arrays and integers only, not %s" % ty)
         # Several GPUs: make this device's context current first (Kernel.launch does the same).
         lines.append("        res = _launch_in_ctx(_kernel, _ctx, _drv, _cfg)" if drv.check_ctx else
                      "        res = _launch(*_cfg)")

@@ -1102,8 +1102,9 @@ knob = _launch.knob
 
 
 class _Express:
-    """The common scan call -- one contiguous 1-D array, no ``out``, ``stream``,
-    ``dtype``, ``init`` or ``total`` -- made cheap.
+    """The common scan call -- one contiguous 1-D array, no ``stream``, ``dtype``,
+    ``init`` or ``total``; ``out`` a contiguous array of the result's dtype or
+    none -- made cheap.
 
     Small scans are all host time (torch.cumsum: ~10 us per call). Per (input
     dtype, length, stream, device, library, tuning knobs) the plan and a bound
@@ -1120,12 +1121,19 @@ class _Express:
         self.op, self.kind, self.numpy_sum = as_op(op), kind, numpy_sum
         self.runs = {}
 
-    def __call__(self, x):
-        if x.__class__ is tuple or _launch._nvtx_annotate is not None:
+    def __call__(self, x, out=None):
+        if x.__class__ is tuple or out.__class__ is tuple or _launch._nvtx_annotate is not None:
             return None
         like = _arrays.describe(x)
         if like.ndim != 1 or not like.c_contiguous:   # the bound launch writes pointers only
             return None
+        if out is not None:
+            dest = _arrays.describe(out)
+            if (dest.ndim != 1 or not dest.c_contiguous or dest.size != like.size
+                    or dest.device_id != like.device_id or dest.library != like.library):
+                return None                          # the general path checks and explains
+        else:
+            dest = None
         n = like.size
         h = _arrays.stream_handle(like)
         key = (like.dtype, n, h, like.device_id, like.library, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
@@ -1134,7 +1142,9 @@ class _Express:
             if len(self.runs) > 1024:
                 self.runs.clear()
             run = self.runs[key] = self._make(like, n, h, key)
-        return run(like) if run else None
+        if not run or (dest is not None and dest.dtype != run.out_dtype):
+            return None
+        return run(like, dest)
 
     def _make(self, like, n, h, key):
         if n == 0 or like.library == "jax":
@@ -1156,27 +1166,29 @@ class _Express:
         if p.algorithm != "single_pass":
             go = kernel.bind(grid, nt, h, 0, args, (0, 1))
 
-            def run(like):
-                obj, out = empty(like, (n,), out_dt)
+            def run(like, dest):
+                obj, out = empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
                 go(like, out)
                 return obj
 
+            run.out_dtype = out_dt
             return run
         # Single pass: a new look-back epoch per launch (argument 5), in the
         # state bound here; a new state (grown, or out of epochs) is bound anew.
         bound = [args[4], kernel.bind(grid, nt, h, 0, args, (0, 1, 5))]
         tiles = p.tiles
 
-        def run_single_pass(like):
+        def run_single_pass(like, dest):
             st, tag = _look_back_state(dev, h, tiles)
             if st.counter is not bound[0]:
                 fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
                 bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, (0, 1, 5))]
                 st, tag = _look_back_state(dev, h, tiles)
-            obj, out = empty(like, (n,), out_dt)
+            obj, out = empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
             bound[1](like, out, tag)
             return obj
 
+        run_single_pass.out_dtype = out_dt
         return run_single_pass
 
 
@@ -1272,12 +1284,12 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 
 
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False):
-    if init is None and dtype is None and out is None and stream is None and algorithm is None and not total:
+    if init is None and dtype is None and stream is None and algorithm is None and not total:
         cfg = (op, kind, numpy_sum)
         ex = _express.get(cfg)
         if ex is None:
             ex = _express[cfg] = _Express(op, kind, numpy_sum)
-        r = ex(x)
+        r = ex(x, out)
         if r is not None:
             return r
     op = as_op(op)
