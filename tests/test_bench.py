@@ -505,10 +505,15 @@ def test_runner_end_to_end(tmp_path):
     backend = NumpyBackend()
     env = B.Env()
     err = io.StringIO()
+    saved = []
     res = RU.run_suite("reduce", _numpy_cases(), backend, env, [10, 12], settings, progress=True, log=err,
-                       ceiling=12)
+                       ceiling=12, checkpoint=saved.append)
     recs = {(r["case"], r["label"], r["log2n"]): r for r in res["records"]}
     assert len(res["records"]) == 2 * (7 + 3 + 2)
+    # after each size, results that the report reads as they are
+    assert [(r["meta"]["partial"], len(r["records"])) for r in saved] == [(True, 12), (False, 24)]
+    assert "2^10" in R.format_table(saved[0]) and "2^12" not in R.format_table(saved[0])
+    R.evaluate_targets(saved[0])
     ok = recs[("sum/float32", "cufold.sum", 10)]
     assert ok["status"] == "ok", ok.get("traceback") or ok.get("note")
     assert ok["status"] == "ok" and ok["reps"] >= 3 and ok["gpu_us"] > 0 and "call_us" in ok

@@ -218,18 +218,24 @@ def main(argv=None, stdout=None, stderr=None):
         args.suite, info.get("name"), len(sizes), sum(len(c.candidates) for c in cases), out_dir))
     for lib, why in sorted(env.skipped.items()):
         err.write("  skipped: %s\n" % why)
+    def save(results):
+        text = R.format_table(results)
+        tgt = R.format_targets(R.evaluate_targets(results), args.suite)
+        if tgt:
+            text += "\n\n" + tgt
+        if results["meta"]["partial"]:
+            text = "PARTIAL (the run goes on; sizes done: %s)\n" % ",".join(
+                str(k) for k in sorted({r["log2n"] for r in results["records"]})) + text
+        with open(os.path.join(out_dir, "table.txt"), "w") as f:
+            f.write(text + "\n")
+        R.write_json(results, os.path.join(out_dir, "results.json"))
+        return text
+
     results = run_suite(args.suite, cases, backend, env, sizes, settings, progress=not args.no_progress,
-                        log=err, device_info=info, ceiling=not args.no_ceiling,
+                        log=err, device_info=info, ceiling=not args.no_ceiling, checkpoint=save,
                         meta_extra={"argv": argv, "command": "python -m cufold bench " + " ".join(argv),
                                     "out_dir": out_dir})
-    text = R.format_table(results)
-    tgt = R.format_targets(R.evaluate_targets(results), args.suite)
-    if tgt:
-        text += "\n\n" + tgt
-    out.write(text + "\n")
-    with open(os.path.join(out_dir, "table.txt"), "w") as f:
-        f.write(text + "\n")
-    R.write_json(results, os.path.join(out_dir, "results.json"))
+    out.write(save(results) + "\n")
     files = ["results.json", "table.txt"]
     if not args.no_plot:
         files += [os.path.basename(p) for p in _plots(results, out_dir, err)]

@@ -265,7 +265,7 @@ def measure_copy_ceiling(backend, env, settings, l2_bytes, log2n=None):
     return rec
 
 
-def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said):
+def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said, checkpoint):
     for log2n in sizes:
         n = 1 << log2n
         data = DataCache(backend, n, l2, settings, log2n)
@@ -287,12 +287,16 @@ def _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, sa
                 measure_calls(backend.clock, turns, settings)
         del data
         backend.release()
+        if checkpoint is not None:
+            checkpoint(log2n)
 
 
 def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=None, meta_extra=None,
-              ceiling=True, device_info=None):
+              ceiling=True, device_info=None, checkpoint=None):
     """Measure everything; returns the results dict (see :mod:`.report`).
-    ``ceiling``: measure the copy ceiling (True), not (False), or at 2^ceiling."""
+    ``ceiling``: measure the copy ceiling (True), not (False), or at 2^ceiling.
+    ``checkpoint(results)``: called after each size with the results so far
+    (``meta["partial"]`` true), so a run cut short by a time limit leaves them."""
     log = log or sys.stderr
     started = datetime.datetime.now()
     t_start = time.perf_counter()
@@ -310,11 +314,22 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
         bar.update()
     records = []
     said = set()
+
+    def results(partial):
+        return _results(suite, cases, backend, env, sizes, settings, info, l2, copy_rec, records, started,
+                        t_start, meta_extra, partial)
+
+    save = None if checkpoint is None else (lambda log2n: checkpoint(results(log2n != sizes[-1])))
     with warnings.catch_warnings():
         # Numba's "grid size N will likely result in GPU under-utilization" at small sizes
         warnings.filterwarnings("ignore", message=".*under-utilization.*")
-        _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said)
+        _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said, save)
     bar.close()
+    return results(False)
+
+
+def _results(suite, cases, backend, env, sizes, settings, info, l2, copy_rec, records, started, t_start,
+             meta_extra, partial):
     meta = {
         "suite": suite,
         "date": started.isoformat(timespec="seconds"),
@@ -328,6 +343,7 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
         "cufold_input": backend.cufold_input,
         "clock": getattr(backend.clock, "name", None),
         "sizes_log2": list(sizes),
+        "partial": partial,
         "settings": settings.as_dict(),
         "copy": copy_rec,
         "copy_GBps": (copy_rec or {}).get("GBps"),
@@ -337,7 +353,7 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
     }
     if meta_extra:
         meta.update(meta_extra)
-    return {"meta": meta, "cases": [c.describe() for c in cases], "records": records,
+    return {"meta": meta, "cases": [c.describe() for c in cases], "records": list(records),
             "targets": list(S.SUITES[suite].targets) if suite in S.SUITES else []}
 
 
