@@ -454,6 +454,68 @@ def test_disk_cache_new_kernel_loads_cubin(tmp_path, monkeypatch, rng):
     np.testing.assert_array_equal(obj2.copy_to_host(), h * np.float32(2))
 
 
+def _sum_key(op):
+    from cufold.values import ValueType
+    f32 = ValueType.of(np.float32)
+    return (("reduce", (op, f32, f32, "warp", (64, 2))), ((np.dtype(np.float32), 1, True), int, np.float32))
+
+
+def test_library_disk_key(monkeypatch):
+    """The library's kernels are cached on disk only when their key pins their
+    code down: cufold's own operators and plain data; never a user's operator,
+    even one named like a built-in. The text changes with every tuning knob."""
+    import cufold
+    monkeypatch.setenv("CUFOLD_CACHE", "1")
+    key = _sum_key(cufold.plus)
+    text = L.library_disk_key(key)
+    assert text is not None and L.source_digest() in text and repr(key) in text
+    assert L.library_disk_key(_sum_key(cufold.plus)) == text
+    assert L.library_disk_key(_sum_key(cufold.Op(lambda a, b: a + b, identity=0))) is None
+    assert L.library_disk_key(_sum_key(cufold.Op(lambda a, b: a + b, identity=0, name="plus"))) is None
+    assert L.library_disk_key(key + (print,)) is None          # a function: its code is not in the text
+    monkeypatch.setenv("CUFOLD_TILE", "128x4")
+    assert L.library_disk_key(key) not in (None, text)
+    monkeypatch.setenv("CUFOLD_CACHE", "0")
+    assert L.library_disk_key(key) is None
+    monkeypatch.delenv("CUFOLD_CACHE")
+    assert L.library_disk_key(key) is None                     # opt-in for now
+
+
+def test_source_digest_is_stable_across_processes():
+    """The same sources give the same digest in a new process (no addresses or
+    orderings of one process in it)."""
+    code = "from cufold.device import _launch; print(_launch.source_digest())"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == L.source_digest()
+
+
+@gpu_only
+def test_library_kernels_load_from_disk(tmp_path):
+    """CUFOLD_CACHE=1: a second process loads cufold.sum's kernel from the disk
+    cache (compiling nothing) and gets the same result."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+        import cufold, importlib
+        R = importlib.import_module("cufold.device.reduce")
+        x = cuda.to_device((np.arange(100000) % 7).astype(np.float32))   # exact sums
+        total = float(cufold.sum(x).copy_to_host())
+        print(total, sorted(set(v for k in R._kernels.values() for v in k.loaded_from_disk.values())))
+    """)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    (first, first_loaded), (second, second_loaded) = [r.stdout.split(" ", 1) for r in runs]
+    assert first == second == repr(float((np.arange(100000) % 7).sum()))
+    assert first_loaded.strip() == "[False]" and second_loaded.strip() == "[True]"
+    assert list(tmp_path.rglob("*.cubin"))
+
+
 @gpu_only
 def test_launch_error_is_clear():
     x = A.describe(cuda.to_device(np.zeros(4, np.float32)))

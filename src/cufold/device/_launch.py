@@ -35,7 +35,9 @@ made again and again with a new input and output: only their fields are written)
 (``CUFOLD_LAUNCH_API=auto|bindings|ctypes``), ``CHECK_CONTEXT``
 (``CUFOLD_CHECK_CONTEXT=1|0``), ``NVTX`` (whether ranges are emitted; the
 ``nvtx`` package, ``CUFOLD_NVTX=0`` switches them off), ``cache_dir()``
-(``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache).
+(``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache),
+``library_disk_key(key)`` (the disk-cache text of a cufold kernel; opt-in,
+``CUFOLD_CACHE=1``).
 
 Measured on an H200 (tools/gpu_launch_smoke.py, median of 2000 calls):
 cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
@@ -430,6 +432,68 @@ def cache_dir():
 
 def _disk_enabled():
     return os.environ.get("CUFOLD_CACHE", "1") != "0"
+
+
+_digest = []
+
+
+def source_digest():
+    """A digest of what a kernel's machine code depends on beyond its cache key:
+    cufold's own sources (every module, so generated code and device functions
+    too), the numba, numba-cuda and NumPy versions and Python's."""
+    if not _digest:
+        from importlib.metadata import version
+        import numba
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read() + b"\0")
+        try:
+            nc = version("numba-cuda")
+        except Exception:  # pragma: no cover
+            nc = "unknown"
+        h.update(repr((numba.__version__, nc, np.__version__, tuple(__import__("sys").version_info[:2]))).encode())
+        _digest.append(h.hexdigest())
+    return _digest[0]
+
+
+def _pinned(obj):
+    """Whether ``obj``, part of a kernel's cache key, says all of the code it
+    stands for: plain data, and operators that are cufold's own (a user's
+    operator, or one named like a built-in, is code the key does not hold)."""
+    if obj is None or obj.__class__ in (bool, int, float, str, bytes, np.dtype) or isinstance(obj, np.dtype):
+        return True
+    if isinstance(obj, tuple):                   # namedtuples too (plans, tiles)
+        return all(_pinned(o) for o in obj)
+    if isinstance(obj, type):
+        return obj.__module__ in ("builtins", "numpy")
+    from .. import ops, values
+    if isinstance(obj, ops.Op):
+        return ops.BUILTINS.get(obj.name) is obj
+    if isinstance(obj, values.ValueType):
+        return True
+    return False
+
+
+def library_disk_key(key):
+    """The disk-cache text of a cufold kernel cached in memory under ``key``
+    (a tuple), or None where the key does not pin its code down (see
+    :func:`_pinned`) or the library's disk cache is off. The text holds the
+    key, :func:`source_digest` and every ``CUFOLD_*`` and ``NUMBA_*`` setting in
+    the environment (tuning knobs and compiler options).
+
+    Opt-in (``CUFOLD_CACHE=1``) while it is new: it turns on by default once it
+    has run through the test suite on a GPU."""
+    if os.environ.get("CUFOLD_CACHE") != "1" or not _pinned(key):
+        return None
+    settings = sorted((k, v) for k, v in os.environ.items()
+                      if k.startswith(("CUFOLD_", "NUMBA_")) and k not in ("CUFOLD_CACHE", "CUFOLD_CACHE_DIR"))
+    return "%s\n%r\n%r" % (source_digest(), settings, key)
 
 
 _MAGIC = b"CUFOLDCUBIN1 "

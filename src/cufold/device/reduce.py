@@ -470,7 +470,7 @@ def kernel_for(fn, key, args):
     kernel = _kernels.get(k)
     if kernel is None:
         sig = tuple(_nbtype(a) for a in args)
-        kernel = _kernels[k] = _launch.Kernel(fn, sig, key=repr(k))
+        kernel = _kernels[k] = _launch.Kernel(fn, sig, key=repr(k), disk_key=_launch.library_disk_key(k))
     return kernel
 
 
