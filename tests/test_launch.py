@@ -522,3 +522,14 @@ def test_launch_error_is_clear():
     k = L.Kernel(scale, SCALE_SIG)
     with pytest.raises(L.LaunchError, match="launching kernel scale failed"):
         k.launch(1, 4096, 0, 0, x, x, 1.0, 4)  # too many threads per block
+
+
+def test_bounded_cache_starts_again_when_full():
+    """The per-call caches (bound launches per length, streams, users' operators) stay
+    bounded: the entry past the limit finds the cache emptied."""
+    c = L.BoundedCache(3)
+    for k in range(3):
+        assert c.put(k, str(k)) == str(k)
+    assert c.get(2) == "2" and len(c) == 3
+    assert c.put("next", 1) == 1
+    assert dict(c) == {"next": 1}

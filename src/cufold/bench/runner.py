@@ -316,8 +316,31 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
     said = set()
 
     def results(partial):
-        return _results(suite, cases, backend, env, sizes, settings, info, l2, copy_rec, records, started,
-                        t_start, meta_extra, partial)
+        meta = {
+            "suite": suite,
+            "date": started.isoformat(timespec="seconds"),
+            "elapsed_s": round(time.perf_counter() - t_start, 2),
+            "device": info,
+            "l2_bytes": l2,
+            "versions": dict(env.versions),
+            "skipped_libs": dict(env.skipped),
+            "notes": list(env.notes),
+            "backend": backend.name,
+            "cufold_input": backend.cufold_input,
+            "clock": getattr(backend.clock, "name", None),
+            "sizes_log2": list(sizes),
+            "partial": partial,
+            "settings": settings.as_dict(),
+            "copy": copy_rec,
+            "copy_GBps": (copy_rec or {}).get("GBps"),
+            "time_basis": ("ratios use call_us (host wall clock per call, back-to-back) for n <= 2^%d "
+                           "and gpu_us (CUDA-event median) above; GB/s always from gpu_us"
+                           % settings.call_max_log2),
+        }
+        if meta_extra:
+            meta.update(meta_extra)
+        return {"meta": meta, "cases": [c.describe() for c in cases], "records": list(records),
+                "targets": list(S.SUITES[suite].targets) if suite in S.SUITES else []}
 
     save = None if checkpoint is None else (lambda log2n: checkpoint(results(log2n != sizes[-1])))
     with warnings.catch_warnings():
@@ -326,35 +349,6 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
         _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said, save)
     bar.close()
     return results(False)
-
-
-def _results(suite, cases, backend, env, sizes, settings, info, l2, copy_rec, records, started, t_start,
-             meta_extra, partial):
-    meta = {
-        "suite": suite,
-        "date": started.isoformat(timespec="seconds"),
-        "elapsed_s": round(time.perf_counter() - t_start, 2),
-        "device": info,
-        "l2_bytes": l2,
-        "versions": dict(env.versions),
-        "skipped_libs": dict(env.skipped),
-        "notes": list(env.notes),
-        "backend": backend.name,
-        "cufold_input": backend.cufold_input,
-        "clock": getattr(backend.clock, "name", None),
-        "sizes_log2": list(sizes),
-        "partial": partial,
-        "settings": settings.as_dict(),
-        "copy": copy_rec,
-        "copy_GBps": (copy_rec or {}).get("GBps"),
-        "time_basis": ("ratios use call_us (host wall clock per call, back-to-back) for n <= 2^%d "
-                       "and gpu_us (CUDA-event median) above; GB/s always from gpu_us"
-                       % settings.call_max_log2),
-    }
-    if meta_extra:
-        meta.update(meta_extra)
-    return {"meta": meta, "cases": [c.describe() for c in cases], "records": list(records),
-            "targets": list(S.SUITES[suite].targets) if suite in S.SUITES else []}
 
 
 def time_events(clock, fn, args, settings, rec):

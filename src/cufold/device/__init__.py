@@ -107,8 +107,8 @@ class _Express:
         self.op = as_op(op)
         self.options = options or (lambda dt: {})
         self.name, self.needs_items = name, needs_items
-        self.runs = {}
-        self.torch_runs = {}    # torch tensors: keyed by the tensor's own attributes
+        self.runs = _launch.BoundedCache(1024)
+        self.torch_runs = _launch.BoundedCache(1024)    # torch tensors: keyed by their own attributes
 
     def reduce(self, x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims):
         """The reduction this object is: the express path for a plain call, else
@@ -132,11 +132,9 @@ class _Express:
                 key = (x.dtype, n, h, dev, _reduce_mod.tile_override())
                 run = self.torch_runs.get(key)
                 if run is None:
-                    if len(self.torch_runs) > 1024:
-                        self.torch_runs.clear()
                     like = _arrays.describe(x)
-                    run = self.torch_runs[key] = self._make(_flat(like) if like.ndim != 1 else like, n, h,
-                                                            by_pointer=True)
+                    run = self.torch_runs.put(key, self._make(_flat(like) if like.ndim != 1 else like, n, h,
+                                                              by_pointer=True))
                 if run:
                     return run(x.data_ptr())
         if x.__class__ is tuple or _launch._nvtx_annotate is not None:
@@ -151,9 +149,7 @@ class _Express:
         key = (like.dtype, n, h, like.device_id, like.library, _reduce_mod.tile_override())
         run = self.runs.get(key)
         if run is None:
-            if len(self.runs) > 1024:
-                self.runs.clear()
-            run = self.runs[key] = self._make(like, n, h)
+            run = self.runs.put(key, self._make(like, n, h))
         return run(like) if run else None
 
     def _make(self, like, n, h, by_pointer=False):
@@ -282,13 +278,11 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
     """
     ex = _express_by_op.get(op)
     if ex is None:
-        if len(_express_by_op) > 256:
-            _express_by_op.clear()
-        ex = _express_by_op[op] = _Express(op)
+        ex = _express_by_op.put(op, _Express(op))
     return ex.reduce(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
-_express_by_op = {}
+_express_by_op = _launch.BoundedCache(256)
 _SUM, _PROD = _Express(plus, name="sum"), _Express(multiplies, name="prod")
 _MIN, _MAX = _Express(minimum, name="min", needs_items=True), _Express(maximum, name="max", needs_items=True)
 

@@ -29,6 +29,7 @@ Public API
 made again and again with a new input and output: only their fields are written)
 ``get_kernel(key, factory, disk_key=None, **jit_options) -> Kernel``
 ``workspace(device_id, stream, nbytes) -> (ptr, Arr)``
+``BoundedCache(limit)`` (the per-call caches' dict: bounded, ``get`` / ``put``)
 ``clear_workspaces()``
 ``nvtx_range(name)``
 ``DIRECT`` (module flag; ``CUFOLD_LAUNCH=direct|numba``), ``LAUNCH_API``
@@ -52,6 +53,7 @@ import ctypes
 import hashlib
 import os
 import struct
+import sys
 import threading
 import warnings
 
@@ -94,6 +96,26 @@ def _direct_from_env(value):
 DIRECT = _direct_from_env(os.environ.get("CUFOLD_LAUNCH"))
 
 ABI_VERSION = "cufold-launch-1"
+
+
+class BoundedCache(dict):
+    """Things made on first use under keys of open-ended variety (lengths, streams,
+    users' operators): past ``limit`` entries it starts again empty, so its memory
+    stays bounded whatever callers pass. Hot paths read it with the plain ``get``
+    and add what they made with :meth:`put`."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def put(self, key, value):
+        """``self[key] = value`` (after emptying a full cache); returns ``value``."""
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
 
 
 class LaunchError(RuntimeError):
@@ -324,7 +346,7 @@ class _Driver:
         self.ctx_pop = _cfunc(lib, "cuCtxPopCurrent_v2", [c_void_p])
         self.ctx_set = _cfunc(lib, "cuCtxSetCurrent", [c_void_p])
         self._err_name = _cfunc(lib, "cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])
-        self.streams = {}
+        self.streams = BoundedCache(1024)
         n = ctypes.c_int(0)
         _cfunc(lib, "cuInit", [ctypes.c_uint])(0)
         _cfunc(lib, "cuDeviceGetCount", [c_void_p])(ctypes.addressof(n))
@@ -360,11 +382,7 @@ class _Driver:
     def stream(self, h):
         """The stream argument of ``launch`` for a raw handle (cached)."""
         s = self.streams.get(h)
-        if s is None:
-            if len(self.streams) > 1024:
-                self.streams.clear()
-            s = self.streams[h] = self._stream_type(h)
-        return s
+        return s if s is not None else self.streams.put(h, self._stream_type(h))
 
     def error_name(self, res):
         rc = _error_code(res)
@@ -418,16 +436,19 @@ def _numba_device_ctx(dev):
 # disk cache
 
 
+def _numba_cuda_version():
+    try:
+        from importlib.metadata import version
+        return version("numba-cuda")
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
 def cache_dir():
     """``$CUFOLD_CACHE_DIR`` or ``~/.cache/cufold``, then ``numba-cuda-<version>``."""
     base = os.environ.get("CUFOLD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "cufold")
-    try:
-        from importlib.metadata import version
-        ver = version("numba-cuda")
-    except Exception:  # pragma: no cover
-        ver = "unknown"
-    return os.path.join(base, "numba-cuda-%s" % ver)
+    return os.path.join(base, "numba-cuda-%s" % _numba_cuda_version())
 
 
 def _disk_enabled():
@@ -442,7 +463,6 @@ def source_digest():
     cufold's own sources (every module, so generated code and device functions
     too), the numba, numba-cuda and NumPy versions and Python's."""
     if not _digest:
-        from importlib.metadata import version
         import numba
         h = hashlib.sha256()
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -453,11 +473,8 @@ def source_digest():
                 h.update(os.path.relpath(path, root).encode() + b"\0")
                 with open(path, "rb") as f:
                     h.update(f.read() + b"\0")
-        try:
-            nc = version("numba-cuda")
-        except Exception:  # pragma: no cover
-            nc = "unknown"
-        h.update(repr((numba.__version__, nc, np.__version__, tuple(__import__("sys").version_info[:2]))).encode())
+        h.update(repr((numba.__version__, _numba_cuda_version(), np.__version__,
+                       tuple(sys.version_info[:2]))).encode())
         _digest.append(h.hexdigest())
     return _digest[0]
 
@@ -551,18 +568,14 @@ def _read_cubin(path):
 # ---------------------------------------------------------------------------
 # Kernel
 
-_STREAMS = {}
+_STREAMS = BoundedCache(256)
 
 
 def _numba_stream(h):
     if not h or SIMULATOR:
         return 0
     s = _STREAMS.get(h)
-    if s is None:
-        if len(_STREAMS) > 256:
-            _STREAMS.clear()
-        s = _STREAMS[h] = cuda.external_stream(h)
-    return s
+    return s if s is not None else _STREAMS.put(h, cuda.external_stream(h))
 
 
 def _np_scalar_type(ty):

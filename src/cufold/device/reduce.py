@@ -480,17 +480,13 @@ def launch(fn, key, grid, nt, stream, args):
 
 
 _counters = {}
-_workspaces = {}
+_workspaces = _launch.BoundedCache(1024)
 
 
 def _workspace(device_id, stream, acc_vt, count):
     key = (device_id, stream, acc_vt, count)
     got = _workspaces.get(key)
-    if got is None:
-        if len(_workspaces) > 1024:
-            _workspaces.clear()
-        got = _workspaces[key] = _make_workspace(device_id, stream, acc_vt, count)
-    return got
+    return got if got is not None else _workspaces.put(key, _make_workspace(device_id, stream, acc_vt, count))
 
 
 def _make_workspace(device_id, stream, acc_vt, count):
@@ -514,7 +510,7 @@ def _fields(vt, arrs):
     return tuple(arrs) if vt.is_tuple else arrs[0]
 
 
-_runners = {}
+_runners = _launch.BoundedCache(4096)
 
 
 def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
@@ -526,11 +522,7 @@ def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
         return _one_launch(plan_, xs, outs, stream, device_id, ((0, "ptr"), (4, "ptr")))
     key = (plan_, stream, _layout(xs), _layout(outs))
     go = _runners.get(key)
-    if go is None:
-        if len(_runners) > 4096:
-            _runners.clear()
-        go = _runners[key] = _one_launch(plan_, xs, outs, stream, device_id)
-    return go
+    return go if go is not None else _runners.put(key, _one_launch(plan_, xs, outs, stream, device_id))
 
 
 def one_launch(plan_):

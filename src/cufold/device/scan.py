@@ -957,7 +957,7 @@ def _scratch_bytes(spec, tiles, algorithm, spine):
     return 256 + _bytes(spec.acc_vt, tiles) + dummy_total + spine.scratch
 
 
-_carved = {}
+_carved = _launch.BoundedCache(4096)
 
 
 def _carve(ws, offset, vt, count):
@@ -973,9 +973,7 @@ def _carve(ws, offset, vt, count):
         for f in vt.fields:
             views.append(ws.view(f, (max(count, 1),), end))
             end += _align(max(count, 1) * f.itemsize)
-        if len(_carved) > 4096:
-            _carved.clear()
-        got = _carved[key] = ((tuple(views) if vt.is_tuple else views[0]), end)
+        got = _carved.put(key, ((tuple(views) if vt.is_tuple else views[0]), end))
     return got
 
 
@@ -1119,7 +1117,7 @@ class _Express:
 
     def __init__(self, op, kind, numpy_sum):
         self.op, self.kind, self.numpy_sum = as_op(op), kind, numpy_sum
-        self.runs = {}
+        self.runs = _launch.BoundedCache(1024)
 
     def __call__(self, x, out=None):
         if x.__class__ is tuple or out.__class__ is tuple or _launch._nvtx_annotate is not None:
@@ -1139,9 +1137,7 @@ class _Express:
         key = (like.dtype, n, h, like.device_id, like.library, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
         run = self.runs.get(key)
         if run is None:
-            if len(self.runs) > 1024:
-                self.runs.clear()
-            run = self.runs[key] = self._make(like, n, h, key)
+            run = self.runs.put(key, self._make(like, n, h, key))
         if not run or (dest is not None and dest.dtype != run.out_dtype):
             return None
         return run(like, dest)
@@ -1163,11 +1159,16 @@ class _Express:
         fn, kkey, grid, nt, args = todo[0]
         kernel = kernel_for(fn, kkey, args)
         empty = _arrays.empty
+
+        def output(like, dest):
+            """(object returned, Arr written): a new array, or the caller's ``out``."""
+            return empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
+
         if p.algorithm != "single_pass":
             go = kernel.bind(grid, nt, h, 0, args, (0, 1))
 
             def run(like, dest):
-                obj, out = empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
+                obj, out = output(like, dest)
                 go(like, out)
                 return obj
 
@@ -1184,7 +1185,7 @@ class _Express:
                 fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
                 bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, (0, 1, 5))]
                 st, tag = _look_back_state(dev, h, tiles)
-            obj, out = empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
+            obj, out = output(like, dest)
             bound[1](like, out, tag)
             return obj
 
@@ -1288,7 +1289,7 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
         cfg = (op, kind, numpy_sum)
         ex = _express.get(cfg)
         if ex is None:
-            ex = _express[cfg] = _Express(op, kind, numpy_sum)
+            ex = _express.put(cfg, _Express(op, kind, numpy_sum))
         r = ex(x, out)
         if r is not None:
             return r
@@ -1331,7 +1332,7 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
         return (result, total_obj) if total else result
 
 
-_express = {}
+_express = _launch.BoundedCache(256)       # per (operator, kind): users' operators too
 
 
 def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=None, total=False):
