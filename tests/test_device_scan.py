@@ -875,3 +875,58 @@ def test_express_out_and_in_place(rng, n):
         cufold.inclusive_scan(to_device(h), out=to_device(np.zeros(n, np.int64)))
     with pytest.raises(ValueError, match="elements"):
         cufold.inclusive_scan(to_device(h), out=to_device(np.zeros(n + 1, np.int32)))
+
+
+def _library_array(lib, h):
+    """``h`` on the GPU as an array of ``lib`` (skips where it is missing)."""
+    if lib == "numba":
+        return to_device(h)
+    if SIMULATOR:
+        pytest.skip("%s arrays need a real GPU" % lib)
+    mod = pytest.importorskip(lib)
+    return mod.asarray(h, device="cuda") if lib == "torch" else mod.asarray(h)
+
+
+@pytest.mark.parametrize("lib", ["numba", "torch", "cupy"])
+@pytest.mark.parametrize("n", [100, 1000] + ([] if SIMULATOR else [(1 << 16) + 3]))
+def test_express_each_library(rng, lib, n):
+    """The express path of each array library, through both of its output
+    allocations: the input's dtype (cummax, float32) and another (cumsum of
+    int32 gives int64); every call's output is its own, poisoned first."""
+    for _ in range(3):
+        hi = rng.integers(-1000, 1000, n).astype(np.int32)
+        hf = rng.standard_normal(n).astype(np.float32)
+        xi, xf = _library_array(lib, hi), _library_array(lib, hf)
+        si, mf = cufold.cumsum(xi), cufold.cummax(xf)
+        assert type(si) is type(xi) and type(mf) is type(xf)
+        np.testing.assert_array_equal(_to_numpy(si), np.cumsum(hi.astype(np.int64)))
+        np.testing.assert_array_equal(_to_numpy(mf), np.maximum.accumulate(hf))
+        poisoned = _library_array(lib, np.full(n, np.nan, np.float32))
+        assert cufold.inclusive_scan(xf, cufold.maximum, out=poisoned) is poisoned
+        np.testing.assert_array_equal(_to_numpy(poisoned), np.maximum.accumulate(hf))
+
+
+def _to_numpy(a):
+    if hasattr(a, "copy_to_host"):
+        return a.copy_to_host()
+    if hasattr(a, "get"):                       # cupy
+        return a.get()
+    return a.cpu().numpy()
+
+
+@pytest.mark.parametrize("lib", ["numba", "torch"])
+def test_express_keeps_no_input_alive(rng, lib):
+    """The express paths cache a bound launch per call shape, but not the
+    arrays of the call that made it: a caller's input is freed when the caller
+    drops it (a cached 1 GB input would be a leak)."""
+    import gc
+    import weakref
+    n = 777
+    x = _library_array(lib, rng.integers(0, 9, n).astype(np.int32))
+    first = weakref.ref(x)
+    dest = _library_array(lib, np.zeros(n, np.int32))
+    results = [cufold.cumsum(x), cufold.inclusive_scan(x, out=dest), cufold.sum(x), cufold.mean(x)]
+    del x
+    gc.collect()
+    assert first() is None
+    assert len(results) == 4

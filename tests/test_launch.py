@@ -478,7 +478,8 @@ def test_library_disk_key(monkeypatch):
     monkeypatch.setenv("CUFOLD_CACHE", "0")
     assert L.library_disk_key(key) is None
     monkeypatch.delenv("CUFOLD_CACHE")
-    assert L.library_disk_key(key) is None                     # opt-in for now
+    monkeypatch.delenv("CUFOLD_TILE")
+    assert L.library_disk_key(key) == text                     # on by default
 
 
 def test_source_digest_is_stable_across_processes():
@@ -493,7 +494,7 @@ def test_source_digest_is_stable_across_processes():
 
 @gpu_only
 def test_library_kernels_load_from_disk(tmp_path):
-    """CUFOLD_CACHE=1: a second process loads cufold.sum's kernel from the disk
+    """A second process loads cufold.sum's kernel from the disk
     cache (compiling nothing) and gets the same result."""
     code = textwrap.dedent("""
         import numpy as np

@@ -10,9 +10,9 @@ set -u
 OUT=${OUT:-/tmp/cufold-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD/src PYTHONUNBUFFERED=1
-# The library's disk cache of kernels (opt-in while new): the workers share what one compiled,
+# The library's disk cache of kernels (on by default): the workers share what one compiled,
 # and the suite exercises both compiling and loading. CUFOLD_CACHE=0 for neither.
-export CUFOLD_CACHE=${CUFOLD_CACHE:-1} CUFOLD_CACHE_DIR=${CUFOLD_CACHE_DIR:-/tmp/cufold-cache}
+export CUFOLD_CACHE_DIR=${CUFOLD_CACHE_DIR:-/tmp/cufold-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 TOOLS=$([ "${SANITIZE:-1}" = 1 ] && echo "memcheck racecheck synccheck")   # SANITIZE=0: tests only
 for tool in $TOOLS; do

@@ -68,6 +68,9 @@ def main():
         ("torch.empty((), device=)", lambda: torch.empty((), dtype=torch.float32, device=dev)),
         ("x.new_empty(())", lambda: x.new_empty(())),
         ("torch.empty(1024, device=)", lambda: torch.empty(1024, dtype=torch.float32, device=dev)),
+        ("x.new_empty((1024,), dtype=)", lambda: x.new_empty((1024,), dtype=torch.float32)),
+        ("torch.empty_like(x)", lambda: torch.empty_like(x)),
+        ("empty 1024 (cufold)", lambda: _arrays.empty(arr, (1024,), np.float32)),
     ]
     # The launch alone: the same kernel cufold.sum launches, arguments bound.
     import importlib

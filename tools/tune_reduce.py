@@ -5,9 +5,15 @@ import importlib, os, sys, time
 import numpy as np, torch, cupy
 import cufold
 
+# PPT and BLOCKS_PER_SM change compiled code the disk cache's key does not see
+os.environ["CUFOLD_CACHE"] = "0"
+R = importlib.import_module("cufold.device.reduce")
 if os.environ.get("PPT"):
-    R = importlib.import_module("cufold.device.reduce")
     R.PARTIALS_PER_THREAD = int(os.environ["PPT"])
+    R._plan.cache_clear()
+if os.environ.get("BLOCKS_PER_SM"):      # the grid's cap: this many blocks per SM (else what fits)
+    _sms = torch.cuda.get_device_properties(0).multi_processor_count
+    R._resident_blocks = lambda dev, nt: _sms * int(os.environ["BLOCKS_PER_SM"])
     R._plan.cache_clear()
 
 def gpu_time(fn, bufs, reps=20):
@@ -25,7 +31,8 @@ def cp(x):
     return cupy.asarray(x)
 
 cases = sys.argv[1].split(",") if len(sys.argv) > 1 else ["sum28", "sum24"]
-tile = os.environ.get("CUFOLD_TILE", "default") + "/ppt" + os.environ.get("PPT", "8")
+tile = (os.environ.get("CUFOLD_TILE", "default") + "/ppt" + os.environ.get("PPT", "8")
+        + ("/bps" + os.environ["BLOCKS_PER_SM"] if os.environ.get("BLOCKS_PER_SM") else ""))
 for case in cases:
     logn = int(case[-2:]); n = 1 << logn
     kind = case[:-2]
@@ -46,6 +53,6 @@ for case in cases:
         m, v = cufold.mean_var(bufs[0])
         ok = abs(float(v.item()) - bufs[0].double().var(correction=0).item()) < 1e-4
     best = min(peers.values())
-    print("%-10s tile=%-8s cufold %8.1f us (%5.2f TB/s) | %s | ratio best/cufold %.3f %s" % (
+    print("%-10s tile=%-16s cufold %8.1f us (%5.2f TB/s) | %s | ratio best/cufold %.3f %s" % (
         case, tile, ours, n * 4 / ours / 1e6, " ".join("%s %.1f" % kv for kv in peers.items()), best / ours, "OK" if ok else "WRONG"))
     del bufs, cbufs; torch.cuda.empty_cache()

@@ -164,6 +164,7 @@ class _Express:
             return False
         out_dt, dev, scalar = prep.out_vt.dtype, like.device_id, _arrays.scalar_result
         go = _reduce_mod.runner(p, like, scalar(like, out_dt, h)[1], h, dev, by_pointer)
+        like = _arrays.shell(like)             # the run is cached: keep no caller's array
         if by_pointer:
             def run_pointer(ptr):
                 obj, out = scalar(like, out_dt, h)

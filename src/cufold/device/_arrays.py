@@ -668,6 +668,51 @@ def empty(like, shape, dtype, stream=None):
     return _EMPTY_BY_LIB[like.library](like, shape, _np_dtype(dtype), stream)
 
 
+def shell(a, dtype=None):
+    """A descriptor of ``a``'s shape, strides, library and device (and
+    ``dtype``, default ``a``'s) that points nowhere (``ptr`` 0) and holds no
+    array: what a bound launch keeps of an argument whose pointer it is given
+    on every call, so that caching the launch does not keep the caller's
+    first array alive."""
+    dt = a.dtype if dtype is None else _np_dtype(dtype)
+    return Arr(0, a.shape, a.strides, dt, a.size, a.library, None, a.device_id, a.stream)
+
+
+def vector_allocator(like, n, dtype):
+    """``alloc(obj) -> (new array, its device pointer)``: a new C-contiguous
+    1-D array of ``n`` elements of ``dtype`` in the library of ``like`` (an
+    :class:`Arr`), on its device and current stream, where ``obj`` is this
+    call's input of that library (the same device): the per-call allocation of
+    the express paths, for which :func:`empty`'s generality is a microsecond
+    too slow. ``like``'s own array is not kept."""
+    dt = _np_dtype(dtype)
+    if like.library == "torch":
+        tdt = _NP_TO_TORCH.get(dt)
+        if tdt is None:
+            raise TypeError("cufold: torch has no dtype for %s" % dt)
+        if dt == like.dtype and like.ndim == 1 and like.size == n and like.c_contiguous:
+            empty_like = _torch.empty_like        # the cheapest allocation torch has from Python
+
+            def alloc_like(obj):
+                t = empty_like(obj)
+                return t, t.data_ptr()
+
+            return alloc_like
+
+        def alloc_torch(obj):
+            t = obj.new_empty((n,), dtype=tdt)
+            return t, t.data_ptr()
+
+        return alloc_torch
+    home, make = shell(like), _EMPTY_BY_LIB[like.library]
+
+    def alloc(obj):
+        got, a = make(home, (n,), dt, None)
+        return got, a.ptr
+
+    return alloc
+
+
 #: 0-d results handed out per batch allocation (torch): see :func:`scalar_result`.
 SCALAR_BATCH = 256
 _scalar_pools = {}

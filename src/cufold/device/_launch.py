@@ -37,8 +37,8 @@ made again and again with a new input and output: only their fields are written)
 (``CUFOLD_CHECK_CONTEXT=1|0``), ``NVTX`` (whether ranges are emitted; the
 ``nvtx`` package, ``CUFOLD_NVTX=0`` switches them off), ``cache_dir()``
 (``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache),
-``library_disk_key(key)`` (the disk-cache text of a cufold kernel; opt-in,
-``CUFOLD_CACHE=1``).
+``library_disk_key(key)`` (the disk-cache text of a cufold kernel; on unless
+``CUFOLD_CACHE=0``).
 
 Measured on an H200 (tools/gpu_launch_smoke.py, median of 2000 calls):
 cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
@@ -73,11 +73,14 @@ try:
     # os.environ.get costs ~0.5 us, a tenth of a small call: tuning knobs are
     # read from the mapping behind it (kept in step by os.environ, and so by
     # pytest's monkeypatch) directly.
-    _ENV, _ENCODE = os.environ._data, os.environ.encodekey
+    _ENV, _ENCODE, _ENCODED = os.environ._data, os.environ.encodekey, {}
 
     def knob(name):
         """Environment variable ``name`` (a tuning knob), raw, or None; cheap."""
-        return _ENV.get(_ENCODE(name))
+        key = _ENCODED.get(name)
+        if key is None:
+            key = _ENCODED[name] = _ENCODE(name)
+        return _ENV.get(key)
 except AttributeError:  # pragma: no cover - another Python's os.environ
     def knob(name):
         """Environment variable ``name`` (a tuning knob), or None."""
@@ -502,11 +505,9 @@ def library_disk_key(key):
     (a tuple), or None where the key does not pin its code down (see
     :func:`_pinned`) or the library's disk cache is off. The text holds the
     key, :func:`source_digest` and every ``CUFOLD_*`` and ``NUMBA_*`` setting in
-    the environment (tuning knobs and compiler options).
-
-    Opt-in (``CUFOLD_CACHE=1``) while it is new: it turns on by default once it
-    has run through the test suite on a GPU."""
-    if os.environ.get("CUFOLD_CACHE") != "1" or not _pinned(key):
+    the environment (tuning knobs and compiler options). ``CUFOLD_CACHE=0``
+    turns the disk cache off."""
+    if not _disk_enabled() or not _pinned(key):
         return None
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith(("CUFOLD_", "NUMBA_")) and k not in ("CUFOLD_CACHE", "CUFOLD_CACHE_DIR"))
@@ -860,8 +861,13 @@ class Bound:
 
     def __init__(self, kernel, grid, block, stream, shared_bytes, args, vary):
         self.kernel = kernel
-        self.args = list(args)
         self.vary = tuple(vary)
+        # What is kept of the arguments given on every call is their layout
+        # (the fallback's template): a cached launch must not keep the
+        # caller's first arrays alive.
+        varied = {i[0] if i.__class__ is tuple else i for i in self.vary}
+        self.args = [_arrays.shell(a) if i in varied and a.__class__ is Arr else a
+                     for i, a in enumerate(args)]
         lock = threading.Lock()
         n = max(kernel._nparams, 1)
         self._buf = buf = ctypes.create_string_buffer(_FIELD * n)

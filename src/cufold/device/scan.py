@@ -1105,22 +1105,37 @@ class _Express:
     none -- made cheap.
 
     Small scans are all host time (torch.cumsum: ~10 us per call). Per (input
-    dtype, length, stream, device, library, tuning knobs) the plan and a bound
-    launch (:meth:`Kernel.bind`) are made once; a call then describes the
-    input, allocates the output and launches, writing only the input and
-    output pointers (and, single-pass, the launch's look-back epoch). Plans of
-    several launches (reduce-then-scan, for inputs of millions of elements,
+    dtype, length, stream, device, library, tuning knobs) the plan, an
+    allocator of the output (:func:`_arrays.vector_allocator`) and a bound
+    launch (:meth:`Kernel.bind`) are made once; a call then reads the input's
+    pointer, allocates the output and launches, writing only the two pointers
+    (and, single-pass, the launch's look-back epoch). A torch tensor, the
+    commonest input, is read directly (half the cost of a description). Plans
+    of several launches (reduce-then-scan, for inputs of millions of elements,
     where the host cost does not matter) go the general way (``None``).
     """
 
-    __slots__ = ("op", "kind", "numpy_sum", "runs")
+    __slots__ = ("op", "kind", "numpy_sum", "runs", "torch_runs")
 
     def __init__(self, op, kind, numpy_sum):
         self.op, self.kind, self.numpy_sum = as_op(op), kind, numpy_sum
         self.runs = _launch.BoundedCache(1024)
+        self.torch_runs = _launch.BoundedCache(1024)    # keyed by the tensors' own attributes
 
     def __call__(self, x, out=None):
-        if x.__class__ is tuple or out.__class__ is tuple or _launch._nvtx_annotate is not None:
+        if _launch._nvtx_annotate is not None:
+            return None
+        if out is None and x.__class__ is _arrays.TORCH_TENSOR[0]:
+            dev = x.get_device()
+            if dev >= 0 and x.dim() == 1 and x.is_contiguous():
+                h = _arrays._torch_raw_stream(dev)
+                key = (x.dtype, x.numel(), h, dev, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
+                run = self.torch_runs.get(key)
+                if run is None:
+                    like = _arrays.describe(x)
+                    run = self.torch_runs.put(key, self._make(like, like.size, h))
+                return run(x, x.data_ptr(), None, 0) if run else None
+        if x.__class__ is tuple or out.__class__ is tuple:
             return None
         like = _arrays.describe(x)
         if like.ndim != 1 or not like.c_contiguous:   # the bound launch writes pointers only
@@ -1130,19 +1145,23 @@ class _Express:
             if (dest.ndim != 1 or not dest.c_contiguous or dest.size != like.size
                     or dest.device_id != like.device_id or dest.library != like.library):
                 return None                          # the general path checks and explains
-        else:
-            dest = None
         n = like.size
         h = _arrays.stream_handle(like)
         key = (like.dtype, n, h, like.device_id, like.library, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
         run = self.runs.get(key)
         if run is None:
-            run = self.runs.put(key, self._make(like, n, h, key))
-        if not run or (dest is not None and dest.dtype != run.out_dtype):
+            run = self.runs.put(key, self._make(like, n, h))
+        if not run:
             return None
-        return run(like, dest)
+        if out is None:
+            return run(x, like.ptr, None, 0)
+        if dest.dtype != run.out_dtype:
+            return None
+        return run(x, like.ptr, out, dest.ptr)
 
-    def _make(self, like, n, h, key):
+    def _make(self, like, n, h):
+        """``run(x, x_ptr, out, out_ptr) -> result`` (``out`` None: a new
+        array), or False where this call shape goes the general way."""
         if n == 0 or like.library == "jax":
             return False
         in_vt = _vt_of.get(like.dtype) or ValueType.of(like.dtype)
@@ -1152,42 +1171,41 @@ class _Express:
         init = identity if identity is not None else acc_vt.sample()
         p = _plan_for(self.op, in_vt, acc_vt, out_vt, n, self.kind, None)
         out_dt, dev = out_vt.dtype, like.device_id
-        template = _arrays.empty(like, (n,), out_dt)[1]
+        alloc = _arrays.vector_allocator(like, n, out_dt)
+        like, template = _arrays.shell(like), _arrays.shell(like, out_dt)   # cached: keep no arrays
         todo = launches(p, like, template, n, h, dev, init, False)
         if len(todo) != 1:
             return False
         fn, kkey, grid, nt, args = todo[0]
         kernel = kernel_for(fn, kkey, args)
-        empty = _arrays.empty
-
-        def output(like, dest):
-            """(object returned, Arr written): a new array, or the caller's ``out``."""
-            return empty(like, (n,), out_dt) if dest is None else (dest.obj, dest)
+        pointers = ((0, "ptr"), (1, "ptr"))
 
         if p.algorithm != "single_pass":
-            go = kernel.bind(grid, nt, h, 0, args, (0, 1))
+            go = kernel.bind(grid, nt, h, 0, args, pointers)
 
-            def run(like, dest):
-                obj, out = output(like, dest)
-                go(like, out)
-                return obj
+            def run(x, x_ptr, out, out_ptr):
+                if out is None:
+                    out, out_ptr = alloc(x)
+                go(x_ptr, out_ptr)
+                return out
 
             run.out_dtype = out_dt
             return run
         # Single pass: a new look-back epoch per launch (argument 5), in the
         # state bound here; a new state (grown, or out of epochs) is bound anew.
-        bound = [args[4], kernel.bind(grid, nt, h, 0, args, (0, 1, 5))]
+        bound = [args[4], kernel.bind(grid, nt, h, 0, args, pointers + (5,))]
         tiles = p.tiles
 
-        def run_single_pass(like, dest):
+        def run_single_pass(x, x_ptr, out, out_ptr):
             st, tag = _look_back_state(dev, h, tiles)
             if st.counter is not bound[0]:
                 fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
-                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, (0, 1, 5))]
+                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, pointers + (5,))]
                 st, tag = _look_back_state(dev, h, tiles)
-            obj, out = output(like, dest)
-            bound[1](like, out, tag)
-            return obj
+            if out is None:
+                out, out_ptr = alloc(x)
+            bound[1](x_ptr, out_ptr, tag)
+            return out
 
         run_single_pass.out_dtype = out_dt
         return run_single_pass
