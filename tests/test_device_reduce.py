@@ -824,3 +824,61 @@ def test_express_contiguous_then_strided_same_length(rng, name):
     assert host(fn(dev(h[:n]))) == pytest.approx(ref(h[:n]))
     assert host(fn(d[::3])) == pytest.approx(ref(h[::3]))
     assert host(fn(d[1::3])) == pytest.approx(ref(h[1::3]))
+
+
+# --- 8-byte loads of 4-byte items ------------------------------------------------------------
+
+WIDE_SIZES = (128, 129, 257, 1101) if SIMULATOR else (4096, 4097, 8193, 2**20 + 1, 2**22 + 4097)
+
+
+@pytest.mark.parametrize("dtype", (np.int32, np.uint32, np.float32), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("offset", (0, 1), ids=("aligned", "misaligned"))
+def test_wide_loads_every_lift(rng, dtype, offset):
+    """4-byte items read as 8-byte pairs where the input is 8-byte aligned, and
+    one by one where it is not (``x[1:]``): sums, argmax (indices of both items
+    of a pair), min/max and mean/var, odd and even lengths, one item past a
+    whole number of tiles (a block whose tile holds only the odd last item),
+    through the express path and the general one (``algorithm=``)."""
+    for n in WIDE_SIZES:
+        h = random(rng, dtype, n + offset)
+        d = dev(h)[offset:]
+        x = h[offset:]
+        p = reduce_mod.plan(cufold.plus, *_vts(dtype), n, 0, None)
+        assert p.wide is not None and p.wide.spec.wide
+        assert reduce_mod.plan(cufold.plus, *_vts(dtype), n, 0, None).for_input(
+            cufold.device._arrays.describe(d)) is (p if offset else p.wide)
+        if dtype == np.float32:
+            check_float_sum(host(cufold.sum(d)), x, np.dtype(dtype))
+            check_float_sum(host(cufold.sum(d, algorithm="two_pass")), x, np.dtype(dtype))
+            m, v = host(cufold.mean_var(d))
+            np.testing.assert_allclose([m, v], [x.astype(np.float64).mean(), x.astype(np.float64).var()],
+                                       rtol=1e-5, atol=1e-6)
+        else:
+            assert host(cufold.sum(d)) == host(cufold.sum(d, algorithm="two_pass")) == np.sum(x)
+        for pos in (0, 1, n - 2, n - 1, n // 2):     # the extreme at both halves of a pair, and the odd end
+            y = x.copy()
+            y[pos] = np.iinfo(dtype).max if dtype != np.float32 else 1e30
+            assert host(cufold.argmax(dev(np.concatenate([h[:offset], y]))[offset:])) == np.argmax(y), (n, pos)
+        lo, hi = host(cufold.minmax(d))
+        assert (lo, hi) == (x.min(), x.max())
+
+
+def _vts(dtype):
+    from cufold.values import ValueType
+    f = ValueType.of(np.dtype(dtype))
+    acc = ValueType.of(np.float32 if dtype == np.float32 else (np.int64 if dtype == np.int32 else np.uint64))
+    return f, acc, acc
+
+
+def test_wide_loads_can_be_turned_off(monkeypatch):
+    """CUFOLD_WIDE_LOADS=0 (read at import) is the module's WIDE_LOADS: plans then have no wide twin."""
+    from cufold.values import ValueType
+    f32 = ValueType.of(np.float32)
+    monkeypatch.setattr(reduce_mod, "WIDE_LOADS", False)
+    reduce_mod._plan.cache_clear()
+    try:
+        assert reduce_mod.plan(cufold.plus, f32, f32, f32, 1 << 20, 0, None).wide is None
+    finally:
+        monkeypatch.undo()
+        reduce_mod._plan.cache_clear()
+    assert reduce_mod.plan(cufold.plus, f32, f32, f32, 1 << 20, 0, None).wide is not None

@@ -27,6 +27,7 @@ xf = rng.normal(size=n).astype(np.float32)
 d, df = cuda.to_device(x), cuda.to_device(xf)
 for alg in cufold.algorithms("reduce"):
     check("reduce %s int32 sum" % alg, cufold.sum(d, algorithm=alg).copy_to_host(), x.sum())
+    check("reduce %s int32 sum, 4-byte offset" % alg, cufold.sum(d[1:], algorithm=alg).copy_to_host(), x[1:].sum())
     check("reduce %s float32 max" % alg, cufold.max(df, algorithm=alg).copy_to_host(), xf.max())
     if not alg.startswith("atomic"):
         check("reduce %s argmax" % alg, cufold.argmax(df, algorithm=alg).copy_to_host(), xf.argmax())

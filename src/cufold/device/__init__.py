@@ -163,19 +163,22 @@ class _Express:
         if prep.out_vt.is_tuple or not _reduce_mod.one_launch(p):
             return False
         out_dt, dev, scalar = prep.out_vt.dtype, like.device_id, _arrays.scalar_result
-        go = _reduce_mod.runner(p, like, scalar(like, out_dt, h)[1], h, dev, by_pointer)
+        template = scalar(like, out_dt, h)[1]
+        go = _reduce_mod.runner(p, like, template, h, dev, by_pointer)
+        # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input)
+        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, template, h, dev, by_pointer)
         like = _arrays.shell(like)             # the run is cached: keep no caller's array
         if by_pointer:
             def run_pointer(ptr):
                 obj, out = scalar(like, out_dt, h)
-                go(ptr, out.ptr)
+                (go if ptr & 7 else go_wide)(ptr, out.ptr)
                 return obj
 
             return run_pointer
 
         def run(like):
             obj, out = scalar(like, out_dt, h)
-            go(like, n, out)
+            (go if like.ptr & 7 else go_wide)(like, n, out)
             return obj
 
         return run
