@@ -835,8 +835,8 @@ WIDE_SIZES = (128, 129, 257, 1101) if SIMULATOR else (4096, 4097, 8193, 2**20 + 
 @pytest.mark.parametrize("offset", (0, 1), ids=("aligned", "misaligned"))
 def test_wide_loads_every_lift(rng, dtype, offset):
     """4-byte items read as 8-byte pairs where the input is 8-byte aligned, and
-    one by one where it is not (``x[1:]``): sums, argmax (indices of both items
-    of a pair), min/max and mean/var, odd and even lengths, one item past a
+    one by one where it is not (``x[1:]``): sums, min/max and mean/var (argmax,
+    which reads 4 bytes a load, beside them), odd and even lengths, one item past a
     whole number of tiles (a block whose tile holds only the odd last item),
     through the express path and the general one (``algorithm=``)."""
     for n in WIDE_SIZES:
@@ -845,6 +845,9 @@ def test_wide_loads_every_lift(rng, dtype, offset):
         x = h[offset:]
         p = reduce_mod.plan(cufold.plus, *_vts(dtype), n, 0, None)
         assert p.wide is not None and p.wide.spec.wide
+        from cufold.values import ValueType
+        arg_vts = (ValueType.of(np.dtype(dtype)), ValueType.of((np.dtype(dtype), np.int64)), ValueType.of(np.int64))
+        assert reduce_mod.plan(cufold.argmax, *arg_vts, n, 0, None, lift="index", project="index").wide is None
         assert reduce_mod.plan(cufold.plus, *_vts(dtype), n, 0, None).for_input(
             cufold.device._arrays.describe(d)) is (p if offset else p.wide)
         if dtype == np.float32:
