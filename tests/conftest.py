@@ -52,7 +52,13 @@ def to_device(h):
 
 
 def to_host(d):
-    """A device result (or tuple of them) back on the host."""
+    """A device result (or tuple of them) of any array library back on the host."""
     if isinstance(d, tuple):
         return tuple(to_host(a) for a in d)
-    return d.copy_to_host() if hasattr(d, "copy_to_host") else np.asarray(d)
+    if hasattr(d, "copy_to_host"):   # Numba (and the simulator's) device arrays
+        return d.copy_to_host()
+    if hasattr(d, "get"):            # CuPy
+        return d.get()
+    if hasattr(d, "cpu"):            # PyTorch
+        return d.cpu().numpy()
+    return np.asarray(d)

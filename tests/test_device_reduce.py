@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only
+from conftest import SIMULATOR, gpu_only, to_host
 
 import cufold
 
@@ -50,15 +50,7 @@ def dev(h):
     return cuda.to_device(np.ascontiguousarray(h))
 
 
-def host(r):
-    """A result (0-d device array or tuple of them) as NumPy."""
-    if isinstance(r, tuple):
-        return tuple(host(v) for v in r)
-    if hasattr(r, "copy_to_host"):   # Numba (and the simulator's) device arrays
-        return r.copy_to_host()
-    if hasattr(r, "get"):            # CuPy
-        return r.get()
-    return np.asarray(r.cpu())       # PyTorch
+host = to_host
 
 
 def random(rng, dtype, n):

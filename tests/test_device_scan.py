@@ -899,19 +899,11 @@ def test_express_each_library(rng, lib, n):
         xi, xf = _library_array(lib, hi), _library_array(lib, hf)
         si, mf = cufold.cumsum(xi), cufold.cummax(xf)
         assert type(si) is type(xi) and type(mf) is type(xf)
-        np.testing.assert_array_equal(_to_numpy(si), np.cumsum(hi.astype(np.int64)))
-        np.testing.assert_array_equal(_to_numpy(mf), np.maximum.accumulate(hf))
+        np.testing.assert_array_equal(to_host(si), np.cumsum(hi.astype(np.int64)))
+        np.testing.assert_array_equal(to_host(mf), np.maximum.accumulate(hf))
         poisoned = _library_array(lib, np.full(n, np.nan, np.float32))
         assert cufold.inclusive_scan(xf, cufold.maximum, out=poisoned) is poisoned
-        np.testing.assert_array_equal(_to_numpy(poisoned), np.maximum.accumulate(hf))
-
-
-def _to_numpy(a):
-    if hasattr(a, "copy_to_host"):
-        return a.copy_to_host()
-    if hasattr(a, "get"):                       # cupy
-        return a.get()
-    return a.cpu().numpy()
+        np.testing.assert_array_equal(to_host(poisoned), np.maximum.accumulate(hf))
 
 
 @pytest.mark.parametrize("lib", ["numba", "torch"])

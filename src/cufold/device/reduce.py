@@ -271,6 +271,16 @@ def _fold_tile_wide(spec):
 
 
 @functools.lru_cache(maxsize=None)
+def _reads(wide):
+    """Device function ``(xs, n) -> (array, length)``: what ``_fold_tile`` reads,
+    the items themselves or (wide) the first ``n - n % 2`` of them as 8-byte pairs."""
+    if wide:
+        return _codegen.build("def reads(xs, n):\n    return xs[:n - (n & 1)].view(np.uint64), n >> 1\n",
+                              "reads")
+    return _codegen.build("def reads(xs, n):\n    return xs, n\n", "reads")
+
+
+@functools.lru_cache(maxsize=None)
 def _fold_range(op, vt):
     """Device function: fold ``arrays[lo:hi]`` in order, for ``0 < hi - lo <=
     PARTIALS_PER_THREAD``. The loads are unrolled and issued together (the
@@ -299,7 +309,8 @@ def reduce_kernel(spec):
     nt, vt = spec.tile
     nv = nt * vt
     wide = spec.wide
-    nvp = nv // 2                      # pairs per tile (wide)
+    per_tile = nv // 2 if wide else nv   # what fold_tile reads per tile: pairs (wide) or items
+    reads = _reads(wide)
     span = vt if spec.ordered else 1
     ordered = spec.ordered
     finish = spec.finish
@@ -334,28 +345,20 @@ def reduce_kernel(spec):
         block_id = cuda.blockIdx.x
         grid = cuda.gridDim.x
         acc = start(load(xs, 0), 0)  # any state of the right type; not counted until `have`
-        if wide:
-            # Pairs of items. An odd count leaves the last item to thread 0 of the
-            # block owning its tile (which may hold no pair: n = k * nv + 1).
-            pairs = xs[:n - (n & 1)].view(np.uint64)
-            n_pairs = n >> 1
+        if not ordered:
+            # Grid-stride over tiles of what fold_tile reads: items, or (wide) pairs.
+            src, count = reads(xs, n)
             have = False
-            base = block_id * nvp
-            valid = threads_with_items(n_pairs, base)
-            while base < n_pairs:
-                acc, have = fold_tile(acc, have, pairs, n_pairs, base, tid)
-                base += grid * nvp
-            if n & 1 and tid == 0 and block_id == ((n - 1) // nv) % grid:
+            base = block_id * per_tile
+            valid = threads_with_items(count, base)
+            while base < count:
+                acc, have = fold_tile(acc, have, src, count, base, tid)
+                base += grid * per_tile
+            if wide and n & 1 and tid == 0 and block_id == ((n - 1) // nv) % grid:
+                # The odd last item, left out of the pairs, goes to thread 0 of the
+                # block owning its tile (which may hold no pair: n = k * nv + 1).
                 x = load(xs, n - 1)
                 acc = update(acc, x, n - 1) if have else start(x, n - 1)
-            return block_reduce(finish_state(acc), max(valid, 1))
-        if not ordered:
-            have = False
-            base = block_id * nv
-            valid = threads_with_items(n, base)
-            while base < n:
-                acc, have = fold_tile(acc, have, xs, n, base, tid)
-                base += grid * nv
             return block_reduce(finish_state(acc), max(valid, 1))
         # Ordered: this block owns tiles [t0, t1) and folds them in sequence.
         tiles = (n + nv - 1) // nv
