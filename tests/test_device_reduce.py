@@ -763,19 +763,22 @@ def test_numba_device_arrays_returned(rng):
 
 # --- the express path: repeated whole-array calls -----------------------------------------
 
-@pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean", "var"])
+@pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean", "var", "mean_var", "minmax"])
 def test_express_repeated_calls_fresh_inputs(rng, name):
     """Calls of one length and dtype reuse one bound launch: every call must see
-    its own input and write its own result (poisoned first), and earlier
-    results must survive later calls."""
+    its own input and write its own result(s), and earlier results must survive
+    later calls (tuple results: one new array per field)."""
     n = ONE_SIZE
     fn = getattr(cufold, name)
-    ref = {"sum": np.sum, "max": np.max, "argmax": np.argmax, "mean": np.mean, "var": np.var}[name]
+    ref = {"sum": np.sum, "max": np.max, "argmax": np.argmax, "mean": np.mean, "var": np.var,
+           "mean_var": lambda h: (np.mean(h), np.var(h)), "minmax": lambda h: (np.min(h), np.max(h))}[name]
     hs = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
     results = [fn(dev(h)) for h in hs]
     for h, r in zip(hs, results):
-        np.testing.assert_allclose(host(r), ref(h.astype(np.float64)), rtol=1e-4, atol=1e-4)
-    assert len({id(r) for r in results}) == len(results)
+        got = tuple(host(f) for f in r) if isinstance(r, tuple) else host(r)
+        np.testing.assert_allclose(got, ref(h.astype(np.float64)), rtol=1e-4, atol=1e-4)
+    fields = [f for r in results for f in (r if isinstance(r, tuple) else (r,))]
+    assert len({id(f) for f in fields}) == len(fields)
 
 
 def test_express_follows_tile_override(rng, monkeypatch):

@@ -6,6 +6,7 @@ the real Numba-CUDA compiles PTX and runs Numba's ``_prepare_args``; no GPU
 needed). On a GPU the direct path runs and is compared with the dispatcher.
 """
 
+import ctypes
 import json
 import os
 import subprocess
@@ -146,6 +147,53 @@ def test_bind_varies_bare_pointers(rng, mode):
         go(out.ptr, x.ptr)
         np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(-2), rtol=1e-6)
     _check_mode(k, mode)
+
+
+def test_bind_varies_pointers_in_a_tuple(rng, mode):
+    """``(i, "ptr", j)``: a bare pointer for array ``j`` of tuple argument ``i``
+    (the express path's tuple results), the tuple's other arrays kept."""
+    k = L.Kernel(axpy_pair, PAIR_SIG)
+    n = 60
+    keep = rng.standard_normal(n).astype(np.float32)
+    x0 = A.describe(_dev(np.zeros(n, np.float32)))
+    xs0 = (x0, A.describe(_dev(keep)))
+    _, out0 = A.empty(x0, (n,), np.float32)
+    go = k.bind(2, 32, A.stream_handle(x0), 0, (out0, xs0, np.float32(5.0), n), ((0, "ptr"), (1, "ptr", 0)))
+    for _ in range(3):
+        h = rng.standard_normal(n).astype(np.float32)
+        x = A.describe(_dev(h))
+        _, out = A.empty(x, (n,), np.float32)
+        A.as_numba(out).copy_to_device(np.full(n, np.nan, np.float32))   # poison
+        go(out.ptr, x.ptr)
+        np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(5) + keep,
+                                   rtol=1e-5, atol=1e-6)   # the GPU fuses the multiply-add
+    _check_mode(k, mode)
+
+
+@gpu_only
+def test_direct_launch_in_another_current_context(rng):
+    """The direct path launches a CUfunction of the device's primary context
+    (cheaper per launch than the loaded CUkernel); from a thread whose current
+    context is another one it still launches, with the primary one pushed."""
+    k = L.Kernel(scale, SCALE_SIG)
+    n = 32
+    h = rng.standard_normal(n).astype(np.float32)
+    x = A.describe(_dev(h))
+    _, out = A.empty(x, (n,), np.float32)
+    k.launch(1, 32, 0, 0, out, x, 2.0, n)
+    assert k._funcs, k._direct_reason
+    drv = L._driver()
+    lib = drv.lib
+    dev, other = ctypes.c_int(), ctypes.c_void_p()
+    assert lib.cuDeviceGet(ctypes.byref(dev), x.device_id) == 0
+    assert lib.cuCtxCreate_v2(ctypes.byref(other), 0, dev) == 0     # pushed: now current
+    try:
+        k.launch(1, 32, 0, 0, out, x, 3.0, n)
+        assert lib.cuCtxSynchronize() == 0
+    finally:
+        lib.cuCtxDestroy_v2(other)
+    cuda.synchronize()
+    np.testing.assert_allclose(A.as_numba(out).copy_to_host(), h * np.float32(3), rtol=1e-6)
 
 
 def echo_ints(out, a, b, c):

@@ -95,7 +95,7 @@ class _Express:
     A small reduction is all host time (torch.sum: ~6 us per call). Per
     (input dtype, length, stream, device, library) this finds the plan, the
     result dtype and a bound launch once (:func:`reduce.runner`); a call then
-    describes the input, takes a result array (:func:`_arrays.scalar_result`)
+    describes the input, takes a result array (:func:`_arrays.scalar_results`)
     and launches. Anything else (``None`` from the call) goes the general way.
     ``options(dtype)`` gives the configuration's ``_reduce`` keywords that
     depend on the input dtype (accumulator, result, lift, project).
@@ -160,25 +160,40 @@ class _Express:
         p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, None,
                              lift=o.get("lift", "value"), project=o.get("project", "value"),
                              ddof=o.get("ddof", 0), deterministic=True)
-        if prep.out_vt.is_tuple or not _reduce_mod.one_launch(p):
+        if not _reduce_mod.one_launch(p):
             return False
-        out_dt, dev, scalar = prep.out_vt.dtype, like.device_id, _arrays.scalar_result
-        template = scalar(like, out_dt, h)[1]
-        go = _reduce_mod.runner(p, like, template, h, dev, by_pointer)
+        dev, out_vt = like.device_id, prep.out_vt
+        fields = out_vt.fields if out_vt.is_tuple else (out_vt.dtype,)
+        template = tuple(_arrays.scalar_result(like, f, h)[1] for f in fields)
+        template = template if out_vt.is_tuple else template[0]
+        go = _reduce_mod.runner(p, like, template, h, dev, by_pointer, out_pointers=True)
         # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input)
-        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, template, h, dev, by_pointer)
+        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, template, h, dev, by_pointer,
+                                                               out_pointers=True)
         like = _arrays.shell(like)             # the run is cached: keep no caller's array
+        takes = [_arrays.scalar_results(like, f, h) for f in fields]
+        if out_vt.is_tuple:
+            def run_fields(x):
+                got = [take() for take in takes]
+                if by_pointer:
+                    (go if x & 7 else go_wide)(x, *[g[1] for g in got])
+                else:
+                    (go if x.ptr & 7 else go_wide)(x, n, *[g[1] for g in got])
+                return tuple(g[0] for g in got)
+
+            return run_fields
+        take = takes[0]
         if by_pointer:
             def run_pointer(ptr):
-                obj, out = scalar(like, out_dt, h)
-                (go if ptr & 7 else go_wide)(ptr, out.ptr)
+                obj, out_ptr = take()
+                (go if ptr & 7 else go_wide)(ptr, out_ptr)
                 return obj
 
             return run_pointer
 
         def run(like):
-            obj, out = scalar(like, out_dt, h)
-            (go if like.ptr & 7 else go_wide)(like, n, out)
+            obj, out_ptr = take()
+            (go if like.ptr & 7 else go_wide)(like, n, out_ptr)
             return obj
 
         return run
@@ -342,13 +357,15 @@ def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=No
 
 def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
-    return _reduce(x, _minmax_op, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
-                   lift="pair", options=_minmax_options, name="minmax", needs_items=True)
+    return _MINMAX.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def _minmax_options(dt):
     acc = _types.accumulate(dt)
-    return {"acc": (acc, acc), "result": (dt, dt)}
+    return {"lift": "pair", "acc": (acc, acc), "result": (dt, dt)}
+
+
+_MINMAX = _Express(_minmax_op, _minmax_options, name="minmax", needs_items=True)
 
 
 # argmin, argmax and minmax are operators (cufold.argmax(a, b) combines two
@@ -366,14 +383,18 @@ def _moment_options(project, ddof, dtype, in_dtype):
     return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
 
 
-_MEAN = _Express(welford, lambda dt: _moment_options("mean", 0, None, dt), name="mean", needs_items=True)
-_VAR = _Express(welford, lambda dt: _moment_options("var", 0, None, dt), name="var", needs_items=True)
+_moment_express = {}
 
 
 def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
-    if ddof == 0 and dtype is None and project != "mean_var":
-        return (_MEAN if project == "mean" else _VAR).reduce(x, None, None, out, stream, algorithm, True,
-                                                             axis, keepdims)
+    if dtype is None and ddof.__class__ is int:
+        ex = _moment_express.get((project, ddof))
+        if ex is None:
+            ex = _Express(welford, lambda dt: _moment_options(project, ddof, None, dt), name=name,
+                          needs_items=True)
+            if len(_moment_express) < 64:     # a few ddofs are common; others are made per call
+                _moment_express[(project, ddof)] = ex
+        return ex.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
     return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    name=name, needs_items=True, options=lambda dt: _moment_options(project, ddof, dtype, dt))
 

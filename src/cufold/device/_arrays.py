@@ -713,42 +713,67 @@ def vector_allocator(like, n, dtype):
     return alloc
 
 
-#: 0-d results handed out per batch allocation (torch): see :func:`scalar_result`.
+#: 0-d results handed out per batch allocation (torch): see :func:`scalar_results`.
 SCALAR_BATCH = 256
 _scalar_pools = {}
 _scalar_lock = threading.Lock()
 
 
-def scalar_result(like, dtype, stream):
-    """``(obj, Arr)``: a new 0-d result array in ``like``'s library, described
-    as the 1-element 1-D array the kernels write.
+def scalar_results(like, dtype, stream):
+    """``take() -> (result, pointer)``: a new 0-d array of ``dtype`` in
+    ``like``'s library on its device, and its device pointer, per call.
 
     For torch, allocation from Python costs 2-3 us, as much as the kernel launch
     of a small reduction, so results are carved from batches: one
     ``torch.empty(SCALAR_BATCH)`` per (device, stream, dtype), split with
-    ``unbind`` into 0-d tensors handed out one per call. Each is an ordinary
-    tensor of its own element (a view that keeps its batch's storage alive); the
-    batch is stream-ordered on ``stream`` (the current stream, raw handle), as a
-    single allocation would be. Other libraries allocate per call.
+    ``unbind`` into 0-d tensors handed out one per call (0.6 us each on an H200's
+    host, against 2.3 us for ``new_empty(())``). Each is an ordinary tensor of
+    its own element (a view that keeps its batch's storage alive); the batch is
+    stream-ordered on ``stream`` (the current stream, raw handle), as a single
+    allocation would be. Other libraries allocate per call.
     """
+    dtype = _np_dtype(dtype)
+    if like.library != "torch":
+        home = shell(like)
+
+        def take_new():
+            obj, a = empty(home, (), dtype, stream)
+            return obj, a.ptr
+
+        return take_new
+    key = (like.device_id, stream, dtype)
+    with _scalar_lock:
+        pool = _scalar_pools.get(key)
+        if pool is None:
+            pool = _scalar_pools[key] = []
+    pop, home, isz = pool.pop, shell(like), dtype.itemsize
+
+    def refill():
+        with _scalar_lock:
+            if not pool:
+                batch, a = _empty_torch(home, (SCALAR_BATCH,), dtype, None)
+                got = list(zip(batch.unbind(0), range(a.ptr, a.ptr + SCALAR_BATCH * isz, isz)))
+                got.reverse()
+                pool.extend(got)
+            return pop()
+
+    def take():
+        try:
+            return pop()
+        except IndexError:
+            return refill()
+
+    return take
+
+
+def scalar_result(like, dtype, stream):
+    """``(obj, Arr)``: a new 0-d result array in ``like``'s library (see
+    :func:`scalar_results`), described as the 1-element 1-D array the kernels write."""
     if like.library != "torch":
         obj, a = empty(like, (), dtype, stream)
         return obj, window(a, 0, (1,), (1,))
-    key = (like.device_id, stream, dtype)
-    pool = _scalar_pools.get(key)
-    if pool is not None:
-        try:
-            return pool.pop()
-        except IndexError:
-            pass
-    with _scalar_lock:
-        pool = _scalar_pools.setdefault(key, [])
-        batch, a = _empty_torch(like, (SCALAR_BATCH,), dtype, None)
-        dev, isz = like.device_id, dtype.itemsize
-        views = batch.unbind(0)
-        pool.extend((v, Arr(a.ptr + i * isz, (1,), (1,), dtype, 1, "torch", v, dev))
-                    for i, v in reversed(list(enumerate(views))))
-        return pool.pop()
+    obj, ptr = scalar_results(like, dtype, stream)()
+    return obj, Arr(ptr, (1,), (1,), _np_dtype(dtype), 1, "torch", obj, like.device_id)
 
 
 def rebase(a, ptr):

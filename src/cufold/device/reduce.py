@@ -52,11 +52,23 @@ from . import _arrays, _launch, _types
 PARTIALS_PER_THREAD = 8
 #: Read 4-byte inputs 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``: never).
 WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
+#: Cache hint of the 8-byte loads: "plain" (``ld.global``), or "cs", "cg", "ca" for
+#: ``cuda.ldcs`` (evict first), ``ldcg`` (L2 only), ``ldca`` (``CUFOLD_REDUCE_LOAD``, for study).
+WIDE_LOAD_HINT = os.environ.get("CUFOLD_REDUCE_LOAD", "plain")
 
 ALGORITHMS = ("single_pass", "two_pass", "tiles", "single_block", "atomic_warp", "atomic_block")
 _ATOMIC_DTYPES = {np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64)}
 
 Tile = collections.namedtuple("Tile", "nt vt")
+
+
+#: 4-byte sums (and min, max...) of inputs so large that every resident block gets
+#: LARGE_TILE_SHARE tiles or more (so they share the tiles evenly to 1/16) take 256 x 32
+#: tiles: 2^28 float32 sums on an H200 ran 0.4-1.0% faster than at 128 x 32 in three
+#: of three alternating runs (241.0-241.4 against 242.6-243.8 us; 2^24 was 0.4 us
+#: slower, hence the bound); mean/var was 1.5% slower (bench/results/tune-H200-20261121s5).
+LARGE_TILE = Tile(256, 32)
+LARGE_TILE_SHARE = 16
 
 
 def tile_for(in_vt, acc_vt, lift="value"):
@@ -151,9 +163,10 @@ def _project(kind, ddof, out_vt):
 # --- the kernel factory --------------------------------------------------------------
 
 Spec = collections.namedtuple(
-    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide",
-    defaults=(False,))
-# wide: the input is read 8 bytes (two 4-byte items) per load; see _fold_tile.
+    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint",
+    defaults=(False, "plain"))
+# wide: the input is read 8 bytes (two 4-byte items) per load, with cache hint ``hint``;
+# see _fold_tile_wide.
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -190,9 +203,11 @@ def _fold_tile(spec):
     """Device function ``(state, have, xs, n, base, tid) -> (state, have)``: fold
     this thread's items of one tile into its state.
 
-    A full tile issues all VT loads before the first combine (generated,
+    A tile's VT loads are all issued before the first combine (generated,
     unrolled code), so they are in flight together whatever branches the
-    operator has; the last, partial tile is guarded item by item. ``have``
+    operator has. In the last, partial tile the loads past the end read the
+    last item instead and are not combined: one round trip to memory, not VT
+    (a small input is one partial tile, and this its whole latency). ``have``
     says whether ``state`` holds a value yet, so no identity is needed.
     """
     if spec.wide:
@@ -208,21 +223,24 @@ def _fold_tile(spec):
     lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
     lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1, vt)]
     lines += ["    return state"]
-    fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full",
-                               {"load": load, "start": start, "update": update})
+    env = {"load": load, "start": start, "update": update}
+    fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
+    lines = ["def fold_part(state, have, xs, first, n):", "    last = n - 1"]
+    lines += ["    x%d = load(xs, min(first + %d, last))" % (k, k * step) for k in range(vt)]
+    for k in range(vt):
+        i = "first + %d" % (k * step)
+        lines += ["    if %s < n:" % i,
+                  "        state = update(state, x%d, %s) if have else start(x%d, %s)" % (k, i, k, i),
+                  "        have = True"]
+    lines += ["    return state, have"]
+    fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
 
     @cuda.jit(device=True)
     def fold_tile(state, have, xs, n, base, tid):
         first = base + tid * span
         if base + nv <= n:  # a full tile: no bounds checks
             return fold_full(state, have, xs, first), True
-        for k in range(vt):
-            i = first + k * step
-            if i < n:
-                x = load(xs, i)
-                state = update(state, x, i) if have else start(x, i)
-                have = True
-        return state, have
+        return fold_part(state, have, xs, first, n)
 
     return fold_tile
 
@@ -236,11 +254,16 @@ def _fold_tile_wide(spec):
     nt, vt = spec.tile
     half = vt // 2
     start, update, _ = _protocol(spec)
+    # cuda.ld* cast the index to a signed intp (Numba's negative-index wraparound
+    # follows unless the sign bit is known clear)
+    get = ("def get(pairs, i):\n    return pairs[i]\n" if spec.hint == "plain" else
+           "def get(pairs, i):\n    return cuda.ld%s(pairs, np.uint64(i) & SIGN_CLEAR)\n" % spec.hint)
     env = {"start": start, "update": update, "DT": spec.in_vt.fields[0].type, "np": np,
            "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)}
+    env["get"] = _codegen.build(get, "get", {"SIGN_CLEAR": np.uint64(0x7FFFFFFFFFFFFFFF)})
     split = ["    lo%d = np.uint32(p%d & LOW).view(DT)", "    hi%d = np.uint32(p%d >> SHIFT).view(DT)"]
     lines = ["def fold_full(state, have, pairs, first):"]
-    lines += ["    p%d = pairs[first + %d]" % (k, k * nt) for k in range(half)]
+    lines += ["    p%d = get(pairs, first + %d)" % (k, k * nt) for k in range(half)]
     for k in range(half):
         lines += [ln % (k, k) for ln in split]
         i = "2 * (first + %d)" % (k * nt)
@@ -249,8 +272,18 @@ def _fold_tile_wide(spec):
         lines += ["    state = update(state, hi%d, %s + 1)" % (k, i)]
     lines += ["    return state"]
     fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
-    unpack = _codegen.build(
-        "def unpack(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "unpack", env)
+    # the partial tile: every load issued (past the end: the last pair, not combined)
+    lines = ["def fold_part(state, have, pairs, first, n):", "    last = n - 1"]
+    lines += ["    p%d = get(pairs, min(first + %d, last))" % (k, k * nt) for k in range(half)]
+    for k in range(half):
+        i = "2 * (first + %d)" % (k * nt)
+        lines += ["    if first + %d < n:" % (k * nt)]
+        lines += ["    " + ln % (k, k) for ln in split]
+        lines += ["        state = update(state, lo%d, %s) if have else start(lo%d, %s)" % (k, i, k, i),
+                  "        state = update(state, hi%d, %s + 1)" % (k, i),
+                  "        have = True"]
+    lines += ["    return state, have"]
+    fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
     nvp = nt * half
 
     @cuda.jit(device=True)
@@ -258,14 +291,7 @@ def _fold_tile_wide(spec):
         first = base + tid
         if base + nvp <= n:
             return fold_full(state, have, pairs, first), True
-        for k in range(half):
-            i = first + k * nt
-            if i < n:
-                lo, hi = unpack(pairs[i])
-                state = update(state, lo, 2 * i) if have else start(lo, 2 * i)
-                state = update(state, hi, 2 * i + 1)
-                have = True
-        return state, have
+        return fold_part(state, have, pairs, first, n)
 
     return fold_tile
 
@@ -487,6 +513,10 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
     if algorithm.startswith("atomic"):
         _check_atomic(op, acc_vt, out_vt, deterministic, algorithm)
     tile = tile_for(in_vt, acc_vt, lift)
+    if (forced_tile is None and not config.ENABLE_CUDASIM and lift == "value" and not in_vt.is_tuple
+            and in_vt.itemsize == 4 and algorithm == "single_pass"
+            and n >= LARGE_TILE_SHARE * _resident_blocks(device_id, LARGE_TILE.nt) * LARGE_TILE.nt * LARGE_TILE.vt):
+        tile = LARGE_TILE
     nv = tile.nt * tile.vt
     tiles = -(-n // nv)
     ordered = not op.commutative
@@ -512,7 +542,7 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
     if (WIDE_LOADS and not ordered and not in_vt.is_tuple and in_vt.itemsize == 4 and tile.vt % 2 == 0
             and lift != "index" and n >= nv and finish in ("final", "partials", "last_block")
             and in_vt.fields[0].kind in "iuf"):
-        wide = Plan(spec._replace(wide=True), grid, algorithm)
+        wide = Plan(spec._replace(wide=True, hint=WIDE_LOAD_HINT), grid, algorithm)
     return Plan(spec, grid, algorithm, wide)
 
 
@@ -602,13 +632,20 @@ def _fields(vt, arrs):
 _runners = _launch.BoundedCache(4096)
 
 
-def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
+def runner(plan_, xs, outs, stream, device_id, by_pointer=False, out_pointers=False):
     """``go(xs, n, outs)``: a one-launch plan (no ``init``) with everything but
     the data bound once (cached per plan, stream and argument layout).
-    ``by_pointer``: ``go(x_ptr, out_ptr)`` instead, for 1-D contiguous ``xs``
-    of this plan's length and a 1-element ``outs``: only the pointers change."""
-    if by_pointer:
-        return _one_launch(plan_, xs, outs, stream, device_id, ((0, "ptr"), (4, "ptr")))
+
+    ``out_pointers``: ``go(xs, n, *out_ptrs)``, the results' device pointers
+    (one per field of a tuple result) in place of ``outs``, 1-element arrays
+    laid out as the template ``outs``. ``by_pointer`` also takes the input by
+    pointer, ``go(x_ptr, *out_ptrs)``, for 1-D contiguous ``xs`` of this
+    plan's length: only pointers change from call to call (the express paths)."""
+    if by_pointer or out_pointers:
+        fields = range(len(outs)) if outs.__class__ is tuple else (None,)
+        outv = tuple((4, "ptr") if j is None else (4, "ptr", j) for j in fields)
+        vary = (((0, "ptr"),) if by_pointer else (0, 1)) + outv
+        return _one_launch(plan_, xs, outs, stream, device_id, vary)
     key = (plan_, stream, _layout(xs), _layout(outs))
     go = _runners.get(key)
     return go if go is not None else _runners.put(key, _one_launch(plan_, xs, outs, stream, device_id))
@@ -663,14 +700,20 @@ def _one_launch(plan_, xs, outs, stream, device_id, vary=(0, 1, 4)):
     zero = _zero(spec.acc_vt)
     args = (xs, xs.size if xs.__class__ is _arrays.Arr else 1, partials, counter, outs, zero, False)
     kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
-    if xs.__class__ is _arrays.Arr and outs.__class__ is _arrays.Arr and xs.ndim == 1 and outs.ndim == 1:
+    one_d = all(a.__class__ is _arrays.Arr and a.ndim == 1 for a in (xs,) + _as_tuple(outs))
+    if one_d and (4 not in vary or outs.__class__ is _arrays.Arr):   # bind varies arrays, not tuples
         return kernel.bind(grid, nt, stream, 0, args, vary)
+    assert vary == (0, 1, 4), "pointer launches take 1-D arrays"
     launch_ = kernel.launch
 
     def runner(xs, n, outs):
         launch_(grid, nt, stream, 0, xs, n, partials, counter, outs, zero, False)
 
     return runner
+
+
+def _as_tuple(a):
+    return a if a.__class__ is tuple else (a,)
 
 
 _spare = {}
