@@ -2,9 +2,10 @@
 
     PYTHONPATH=src python tools/host_costs.py [--calls 20000] [--profile ROW ...]
 
-Each row is the best of 5 loops of ``--calls`` back-to-back calls, in us per
-call (the GPU work of these tiny calls is shorter than their host time, so this
-is host time). Run it once per launch API to compare them:
+Each row is host time per call in us: the median of bursts of 200 calls
+(``launch_costs.per_call``; ``--calls`` in all). ``tools/launch_costs.py``
+breaks the express reduce's call down step by step. Run it once per launch API
+to compare them:
 
     CUFOLD_LAUNCH_API=bindings ...   /   CUFOLD_LAUNCH_API=ctypes ...
 """
@@ -13,7 +14,6 @@ import cProfile
 import os
 import pstats
 import sys
-import time
 
 os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 import numpy as np  # noqa: E402
@@ -23,17 +23,7 @@ import cufold  # noqa: E402
 from cufold.device import _arrays, _launch  # noqa: E402
 
 
-def per_call(fn, calls):
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t) / calls * 1e6)
-        torch.cuda.synchronize()
-    return best
+from launch_costs import per_call  # noqa: E402  (this folder: host time of 200-call bursts)
 
 
 def main():

@@ -17,7 +17,6 @@ import argparse
 import ctypes
 import importlib
 import os
-import struct
 import sys
 import time
 

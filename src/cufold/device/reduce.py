@@ -35,7 +35,6 @@ owns a contiguous range of tiles), so the result is the ordered fold.
 
 import collections
 import functools
-import math
 import os
 
 import numpy as np
@@ -44,9 +43,7 @@ from numba import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from .. import _codegen, block
-from ..ops import as_op
-from ..values import ValueType
-from . import _arrays, _launch, _types
+from . import _arrays, _launch
 
 #: The last block folds at most this many partials per thread (bounds the grid).
 PARTIALS_PER_THREAD = 8
