@@ -27,7 +27,8 @@ _arrays.empty = lambda like, shape, dtype, stream=None: (
                           "torch", object(), 0))
 _arrays.stream_handle = lambda like, stream=None: 0
 _out1 = _arrays.Arr(0x7200_0000, (1,), (1,), np.dtype(np.float32), 1, "torch", object(), 0)
-_arrays.scalar_result = lambda like, dtype, stream: (object(), _out1)
+_arrays.scalar_results = lambda like, dtype, stream: (lambda: (object(), _out1.ptr))
+_arrays.vector_allocator = lambda like, n, dtype: (lambda obj: (object(), 0x7300_0000))
 _launch.Kernel.launch = lambda self, *a: None
 _launch.DIRECT = False  # bound launches take the Kernel.launch fallback, stubbed above
 _ws = _arrays.Arr(0x7400_0000, (1 << 24,), (1,), np.dtype(np.uint8), 1 << 24, "torch", None, 0)

@@ -95,7 +95,7 @@ class _Express:
     A small reduction is all host time (torch.sum: ~6 us per call). Per
     (input dtype, length, stream, device, library) this finds the plan, the
     result dtype and a bound launch once (:func:`reduce.runner`); a call then
-    describes the input, takes a result array (:func:`_arrays.scalar_results`)
+    reads the input's pointer, takes a result array (:func:`_arrays.scalar_results`)
     and launches. Anything else (``None`` from the call) goes the general way.
     ``options(dtype)`` gives the configuration's ``_reduce`` keywords that
     depend on the input dtype (accumulator, result, lift, project).
@@ -134,7 +134,7 @@ class _Express:
                 if run is None:
                     like = _arrays.describe(x)
                     run = self.torch_runs.put(key, self._make(_flat(like) if like.ndim != 1 else like, n, h,
-                                                              by_pointer=True))
+                                                              torch_direct=True))
                 if run:
                     return run(x.data_ptr())
         if x.__class__ is tuple or _launch._nvtx_annotate is not None:
@@ -150,10 +150,13 @@ class _Express:
         run = self.runs.get(key)
         if run is None:
             run = self.runs.put(key, self._make(like, n, h))
-        return run(like) if run else None
+        return run(like.ptr) if run else None
 
-    def _make(self, like, n, h, by_pointer=False):
-        if n == 0 or like.library == "jax" or (by_pointer and like.dtype.kind == "c"):
+    def _make(self, like, n, h, torch_direct=False):
+        """``run(x_ptr) -> result``, or False where this call shape goes the
+        general way. ``torch_direct``: for tensors read without ``describe``,
+        which would reject a lazily conjugated complex one, so complex is not taken."""
+        if n == 0 or like.library == "jax" or (torch_direct and like.dtype.kind == "c"):
             return False
         o = self.options(like.dtype)
         prep = _prepare(self.op, (like,), False, None, o.get("acc"), o.get("result"))
@@ -164,36 +167,25 @@ class _Express:
             return False
         dev, out_vt = like.device_id, prep.out_vt
         fields = out_vt.fields if out_vt.is_tuple else (out_vt.dtype,)
-        template = tuple(_arrays.scalar_result(like, f, h)[1] for f in fields)
-        template = template if out_vt.is_tuple else template[0]
-        go = _reduce_mod.runner(p, like, template, h, dev, by_pointer, out_pointers=True)
+        # the results' layout, bound once; each call gives new pointers
+        outs = tuple(_arrays.shell(like, f, (1,)) for f in fields)
+        outs = outs if out_vt.is_tuple else outs[0]
+        go = _reduce_mod.runner(p, like, outs, h, dev, by_pointer=True)
         # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input)
-        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, template, h, dev, by_pointer,
-                                                               out_pointers=True)
-        like = _arrays.shell(like)             # the run is cached: keep no caller's array
+        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, outs, h, dev, by_pointer=True)
         takes = [_arrays.scalar_results(like, f, h) for f in fields]
         if out_vt.is_tuple:
-            def run_fields(x):
+            def run_fields(ptr):
                 got = [take() for take in takes]
-                if by_pointer:
-                    (go if x & 7 else go_wide)(x, *[g[1] for g in got])
-                else:
-                    (go if x.ptr & 7 else go_wide)(x, n, *[g[1] for g in got])
+                (go if ptr & 7 else go_wide)(ptr, *[g[1] for g in got])
                 return tuple(g[0] for g in got)
 
             return run_fields
         take = takes[0]
-        if by_pointer:
-            def run_pointer(ptr):
-                obj, out_ptr = take()
-                (go if ptr & 7 else go_wide)(ptr, out_ptr)
-                return obj
 
-            return run_pointer
-
-        def run(like):
+        def run(ptr):
             obj, out_ptr = take()
-            (go if like.ptr & 7 else go_wide)(like, n, out_ptr)
+            (go if ptr & 7 else go_wide)(ptr, out_ptr)
             return obj
 
         return run
@@ -383,17 +375,15 @@ def _moment_options(project, ddof, dtype, in_dtype):
     return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
 
 
-_moment_express = {}
+_moment_express = _launch.BoundedCache(64)
 
 
 def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
     if dtype is None and ddof.__class__ is int:
         ex = _moment_express.get((project, ddof))
         if ex is None:
-            ex = _Express(welford, lambda dt: _moment_options(project, ddof, None, dt), name=name,
-                          needs_items=True)
-            if len(_moment_express) < 64:     # a few ddofs are common; others are made per call
-                _moment_express[(project, ddof)] = ex
+            ex = _moment_express.put((project, ddof), _Express(
+                welford, lambda dt: _moment_options(project, ddof, None, dt), name=name, needs_items=True))
         return ex.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
     return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
                    name=name, needs_items=True, options=lambda dt: _moment_options(project, ddof, dtype, dt))

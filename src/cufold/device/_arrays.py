@@ -668,14 +668,17 @@ def empty(like, shape, dtype, stream=None):
     return _EMPTY_BY_LIB[like.library](like, shape, _np_dtype(dtype), stream)
 
 
-def shell(a, dtype=None):
+def shell(a, dtype=None, shape=None):
     """A descriptor of ``a``'s shape, strides, library and device (and
-    ``dtype``, default ``a``'s) that points nowhere (``ptr`` 0) and holds no
-    array: what a bound launch keeps of an argument whose pointer it is given
-    on every call, so that caching the launch does not keep the caller's
-    first array alive."""
+    ``dtype``, default ``a``'s; ``shape``, C-contiguous, default ``a``'s) that
+    points nowhere (``ptr`` 0) and holds no array: what a bound launch keeps of
+    an argument whose pointer it is given on every call, so that caching the
+    launch does not keep the caller's first array alive."""
     dt = a.dtype if dtype is None else _np_dtype(dtype)
-    return Arr(0, a.shape, a.strides, dt, a.size, a.library, None, a.device_id, a.stream)
+    if shape is None:
+        return Arr(0, a.shape, a.strides, dt, a.size, a.library, None, a.device_id, a.stream)
+    shape = tuple(shape)
+    return Arr(0, shape, _c_strides(shape), dt, _prod(shape), a.library, None, a.device_id, a.stream)
 
 
 def vector_allocator(like, n, dtype):
@@ -764,16 +767,6 @@ def scalar_results(like, dtype, stream):
             return refill()
 
     return take
-
-
-def scalar_result(like, dtype, stream):
-    """``(obj, Arr)``: a new 0-d result array in ``like``'s library (see
-    :func:`scalar_results`), described as the 1-element 1-D array the kernels write."""
-    if like.library != "torch":
-        obj, a = empty(like, (), dtype, stream)
-        return obj, window(a, 0, (1,), (1,))
-    obj, ptr = scalar_results(like, dtype, stream)()
-    return obj, Arr(ptr, (1,), (1,), _np_dtype(dtype), 1, "torch", obj, like.device_id)
 
 
 def rebase(a, ptr):

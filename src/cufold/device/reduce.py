@@ -68,9 +68,10 @@ LARGE_TILE = Tile(256, 32)
 LARGE_TILE_SHARE = 16
 
 
-def tile_for(in_vt, acc_vt, lift="value"):
+def tile_for(in_vt, acc_vt, lift="value", n=None, device_id=0):
     """Threads per block and items per thread for this input, accumulator and
-    lift (what an item becomes: ``"index"`` for argmin/argmax).
+    lift (what an item becomes: ``"index"`` for argmin/argmax), and, where
+    given, the input's length ``n`` on GPU ``device_id`` (``LARGE_TILE``).
 
     ``CUFOLD_TILE=NTxVT`` overrides (for study). The simulator uses tiny
     tiles, so that small test inputs still cross tile and block boundaries.
@@ -87,6 +88,10 @@ def tile_for(in_vt, acc_vt, lift="value"):
     size = max(in_vt.itemsize, 1)
     if lift == "index" and size <= 4:
         return Tile(256, 16)
+    nv = LARGE_TILE.nt * LARGE_TILE.vt
+    if (lift == "value" and size == 4 and not in_vt.is_tuple and n is not None
+            and n >= LARGE_TILE_SHARE * _resident_blocks(device_id, LARGE_TILE.nt) * nv):
+        return LARGE_TILE
     return Tile(128, 32 if size <= 4 else (16 if size <= 8 else 8))
 
 
@@ -509,11 +514,7 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
                          % (algorithm, ", ".join(ALGORITHMS)))
     if algorithm.startswith("atomic"):
         _check_atomic(op, acc_vt, out_vt, deterministic, algorithm)
-    tile = tile_for(in_vt, acc_vt, lift)
-    if (forced_tile is None and not config.ENABLE_CUDASIM and lift == "value" and not in_vt.is_tuple
-            and in_vt.itemsize == 4 and algorithm == "single_pass"
-            and n >= LARGE_TILE_SHARE * _resident_blocks(device_id, LARGE_TILE.nt) * LARGE_TILE.nt * LARGE_TILE.vt):
-        tile = LARGE_TILE
+    tile = tile_for(in_vt, acc_vt, lift, n, device_id)
     nv = tile.nt * tile.vt
     tiles = -(-n // nv)
     ordered = not op.commutative
@@ -629,19 +630,17 @@ def _fields(vt, arrs):
 _runners = _launch.BoundedCache(4096)
 
 
-def runner(plan_, xs, outs, stream, device_id, by_pointer=False, out_pointers=False):
+def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
     """``go(xs, n, outs)``: a one-launch plan (no ``init``) with everything but
     the data bound once (cached per plan, stream and argument layout).
 
-    ``out_pointers``: ``go(xs, n, *out_ptrs)``, the results' device pointers
-    (one per field of a tuple result) in place of ``outs``, 1-element arrays
-    laid out as the template ``outs``. ``by_pointer`` also takes the input by
-    pointer, ``go(x_ptr, *out_ptrs)``, for 1-D contiguous ``xs`` of this
-    plan's length: only pointers change from call to call (the express paths)."""
-    if by_pointer or out_pointers:
+    ``by_pointer``: ``go(x_ptr, *out_ptrs)`` instead, device pointers of an
+    input laid out as ``xs`` (1-D, contiguous, this plan's length) and of
+    results laid out as ``outs`` (1-element arrays, one per field of a tuple
+    result): only pointers change from call to call (the express path)."""
+    if by_pointer:
         fields = range(len(outs)) if outs.__class__ is tuple else (None,)
-        outv = tuple((4, "ptr") if j is None else (4, "ptr", j) for j in fields)
-        vary = (((0, "ptr"),) if by_pointer else (0, 1)) + outv
+        vary = ((0, "ptr"),) + tuple((4, "ptr") if j is None else (4, "ptr", j) for j in fields)
         return _one_launch(plan_, xs, outs, stream, device_id, vary)
     key = (plan_, stream, _layout(xs), _layout(outs))
     go = _runners.get(key)
