@@ -382,11 +382,19 @@ def test_deterministic_mode(rng):
     again = run(keys, values, np.zeros(m), deterministic=True)
     assert first.tobytes() == again.tobytes()
     np.testing.assert_allclose(first, reference(np.add, np.zeros(m), keys, values), rtol=1e-12, atol=1e-12)
-    # keys not sorted
-    shuffled = keys.copy()
-    shuffled[[10, 40]] = shuffled[[40, 10]]    # keys 3 and 13
+    # keys in any order: grouped first (a stable sort), the same bits every run
+    shuffled = rng.permutation(keys)
+    assert BK.plan(cufold.plus, np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.float64), m,
+                   keys.size, 0, None, True, True).group
+    first = run(shuffled, values, np.zeros(m), deterministic=True)
+    assert first.tobytes() == run(shuffled, values, np.zeros(m), deterministic=True).tobytes()
+    np.testing.assert_allclose(first, reference(np.add, np.zeros(m), shuffled, values), rtol=1e-12,
+                               atol=1e-12)
+    # algorithm='sorted' says the keys are grouped already: checked, not sorted
+    swapped = keys.copy()
+    swapped[[10, 40]] = swapped[[40, 10]]    # keys 3 and 13
     with pytest.raises(ValueError, match=r"deterministic=True needs keys sorted .* keys\[\d+\] = \d+ follows"):
-        run(shuffled, values, np.zeros(m), deterministic=True)
+        run(swapped, values, np.zeros(m), deterministic=True, algorithm="sorted")
     # other algorithms are refused for floats, fine for integers (exact, order-free)
     with pytest.raises(ValueError, match="deterministic=True needs algorithm='sorted'"):
         run(keys, values, np.zeros(m), deterministic=True, algorithm="warp")
@@ -406,6 +414,12 @@ def test_non_commutative_operator(rng):
         want[k] = v
     np.testing.assert_array_equal(run(keys, values, out, last), want)
     np.testing.assert_array_equal(run(keys, values, out, last, algorithm="sorted"), want)
+    # keys in any order: the automatic choice groups them (stably) first
+    order = rng.permutation(keys.size)
+    want = out.copy()
+    for k, v in zip(keys[order], values[order]):
+        want[k] = v
+    np.testing.assert_array_equal(run(keys[order], values[order], out, last), want)
     for alg in ALGORITHMS:
         if alg != "sorted":
             with pytest.raises(ValueError, match="commutative"):
@@ -490,6 +504,13 @@ def test_automatic_choice():
     assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "runs"
     assert auto(cufold.as_op(lambda a, b: a + b)) == "sorted"                 # not commutative
     assert auto(cufold.plus, deterministic=True) == "sorted"
+
+    def groups(op, out=f64, deterministic=False, algorithm=None):
+        return BK.plan(op, i32, out, out, 100, 1000, 0, algorithm, deterministic, True).group
+
+    assert groups(cufold.plus, deterministic=True) and groups(cufold.as_op(lambda a, b: a + b))
+    assert not groups(cufold.plus, deterministic=True, algorithm="sorted")   # keys grouped already
+    assert not groups(cufold.plus) and not groups(cufold.plus, np.dtype(np.int64), deterministic=True)
     assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "runs"  # exact anyway
     assert BK.plan(cufold.maximum, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "cas"
     assert BK.plan(cufold.plus, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "hw"
@@ -519,6 +540,22 @@ def test_seed_box_full_size(order):
     want = np.full(m, -np.inf)
     np.maximum.at(want, keys, values)
     np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
+@gpu_only
+@pytest.mark.parametrize("order", ORDERS)
+def test_seed_box_deterministic(order):
+    """deterministic=True on every key order: grouped by a radix sort of three passes."""
+    keys, values, m = box(order, 100, 10)
+    values = values + np.random.default_rng(5).standard_normal(values.size) * 1e-3  # inexact sums
+    dk, dv = dev(keys.astype(np.int32)), dev(values)
+    got = []
+    for _ in range(3):
+        out = dev(np.zeros(m))
+        BK.reduce_by_key_into(dk, dv, out, deterministic=True)
+        got.append(out.copy_to_host())
+    assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes()
+    np.testing.assert_allclose(got[0], np.bincount(keys, weights=values, minlength=m), rtol=1e-12, atol=1e-12)
 
 
 @gpu_only

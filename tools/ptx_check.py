@@ -102,3 +102,23 @@ for lift, op, in_dt, acc, out, project in [("value", cufold.plus, np.float32, np
             cuda.compile_ptx(fn, sig, cc=(9, 0))
             print("  ok   axis %-8s keep=%d red=%d %s" % (kind, nk, nr, op.name))
 print("all kernels compiled in %.1f s" % (time.time() - t0))
+
+# The radix grouping of reduce_by_key_into(deterministic=True): both kernels, both passes.
+X = importlib.import_module("cufold.device.radix")
+BK = importlib.import_module("cufold.device.bykey")
+status = nbt.Tuple((R._nbtype(arr(np.int64)), R._nbtype(arr(np.int64))))
+for key_dt, m in ((np.int32, 10**6), (np.int64, 2**33)):
+    sk = X.sort_key_dtype(m)
+    for first in (True, False):
+        kd = np.dtype(key_dt) if first else sk
+        on_bad = BK._record_out_of_range if first else None
+        fn = X.count_kernel(np.dtype(kd), sk, first, 8, X.TILE, on_bad)
+        sig = (R._nbtype(arr(kd)), nbt.int64, nbt.int64, nbt.int64, R._nbtype(arr(np.int32)), nbt.int64,
+               status, nbt.int64)
+        cuda.compile_ptx(fn, sig, cc=(9, 0))
+        fn = X.scatter_kernel(np.dtype(kd), sk, np.dtype(np.float64), np.dtype(np.int32), first, 8, X.TILE)
+        sig = (R._nbtype(arr(kd)), R._nbtype(arr(np.float64)), nbt.int64, nbt.int64, nbt.int64,
+               R._nbtype(arr(np.int32)), nbt.int64, R._nbtype(arr(sk)), R._nbtype(arr(np.float64)))
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        print("  ok   radix %s first=%s (%d PTX lines)" % (np.dtype(kd), first, ptx.count("\n")))
+print("radix kernels compiled; all in %.1f s" % (time.time() - t0))

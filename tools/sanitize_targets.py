@@ -46,6 +46,9 @@ for alg in cufold.algorithms("reduce_by_key"):
     out = cuda.to_device(np.zeros(5000))
     cufold.reduce_by_key_into(cuda.to_device(keys), cuda.to_device(xd), out, algorithm=alg)
     check("reduce_by_key_into %s" % alg, out.copy_to_host(), want, exact=False)
+out = cuda.to_device(np.zeros(5000))
+cufold.reduce_by_key_into(cuda.to_device(keys), cuda.to_device(xd), out, deterministic=True)   # radix grouping
+check("reduce_by_key_into deterministic", out.copy_to_host(), want, exact=False)
 offs = np.sort(rng.integers(0, n, 2001)).astype(np.int64)
 offs[0], offs[-1] = 0, n
 check("segmented_reduce", cufold.segmented_reduce(df, cuda.to_device(offs)).copy_to_host(),

@@ -14,8 +14,11 @@ Every candidate does ``out[key] += value`` for the 10^7 pairs into a zeroed floa
 
 * cufold: ``reduce_by_key_into`` automatic (``check=False``: no synchronisation, as
   the peers), the same with ``check=True`` (one stream synchronisation to report bad
-  keys), and every ``algorithm=`` of ``cufold.device.bykey.ALGORITHMS``;
-* peers: ``torch.Tensor.index_add_``, ``torch.Tensor.scatter_reduce_(reduce='sum')``
+  keys), with ``deterministic=True`` (a stable radix sort by key, then one update per
+  key: the same bits every run), and every ``algorithm=`` of
+  ``cufold.device.bykey.ALGORITHMS``;
+* peers: ``torch.Tensor.index_add_`` (also under ``torch.use_deterministic_algorithms``:
+  the peer of ``deterministic=True``), ``torch.Tensor.scatter_reduce_(reduce='sum')``
   (needs int64 keys: it gets its own int64 copy), ``cupyx.scatter_add`` and, for
   sorted keys only, ``torch.segment_reduce`` (given the run lengths, computed outside
   the timing, and writing a new array rather than accumulating into ``out``: both in
@@ -141,7 +144,7 @@ def _bykey_module(env):
         raise Skip("cufold.device.bykey not importable: %s" % e)
 
 
-def _cufold(algorithm=None, check=False):
+def _cufold(algorithm=None, check=False, deterministic=False):
     def make(ctx):
         bk = _bykey_module(ctx.env)
         keys, values = ctx.device("keys", "cufold"), ctx.device("values", "cufold")
@@ -149,7 +152,7 @@ def _cufold(algorithm=None, check=False):
         f = bk.reduce_by_key_into
 
         def call():
-            f(keys, values, out, algorithm=algorithm, check=check)
+            f(keys, values, out, algorithm=algorithm, check=check, deterministic=deterministic)
         return Prepared(call, lambda: out, "")
     return make
 
@@ -162,6 +165,22 @@ def _index_add(ctx):
     def call():
         out.index_add_(0, keys, values)
     return Prepared(call, lambda: out, "%s keys" % ctx.key_dtype)
+
+
+def _index_add_deterministic(ctx):
+    torch = ctx.mod("torch")
+    keys, values = ctx.device("keys", "torch"), ctx.device("values", "torch")
+    out = ctx.zeros_out("torch")
+    switch = torch.use_deterministic_algorithms
+
+    def call():
+        switch(True)
+        try:
+            out.index_add_(0, keys, values)
+        finally:
+            switch(False)
+    return Prepared(call, lambda: out, "torch.use_deterministic_algorithms(True): the peer of "
+                    "deterministic=True")
 
 
 def _scatter_reduce(ctx):
@@ -207,9 +226,11 @@ def _scatter_add(ctx):
 def candidates(algorithms):
     """cufold (auto, auto with check, every algorithm), then the peers."""
     cands = [Cand(AUTO, "cufold", "cufold", _cufold()),
-             Cand(AUTO + "(check=True)", "cufold", "cufold", _cufold(check=True))]
+             Cand(AUTO + "(check=True)", "cufold", "cufold", _cufold(check=True)),
+             Cand(AUTO + "(deterministic=True)", "cufold", "cufold", _cufold(deterministic=True))]
     cands += [Cand("cufold[%s]" % a, "cufold", "cufold", _cufold(a)) for a in algorithms]
     cands += [Cand("torch.index_add_", "torch", "peer", _index_add),
+              Cand("torch.index_add_(deterministic)", "torch", "peer", _index_add_deterministic),
               Cand("torch.scatter_reduce_", "torch", "peer", _scatter_reduce),
               Cand("cupyx.scatter_add", "cupy", "peer", _scatter_add),
               Cand("torch.segment_reduce", "torch", "peer", _segment_reduce)]
