@@ -923,9 +923,11 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
     vt_out = ValueType.of(out_dt)
     op.check(vt_out)
     mode = _atomic_mode(op, out_dt)
+    # integer hardware atomics are exact in any order; everything else varies with it
+    ordered = bool(deterministic) and not (mode == "hw" and out_dt.kind in "iu")
     group = False
     if algorithm is None:
-        if deterministic and not (mode == "hw" and out_dt.kind in "iu") or not op.commutative:
+        if ordered or not op.commutative:
             # keys in any order: group them first (a stable sort), then fold each run
             algorithm, group = "sorted", True
         else:
@@ -934,7 +936,7 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
         raise ValueError("cufold: unknown reduce_by_key algorithm %r; choose from %s"
                          % (algorithm, ", ".join(ALGORITHMS)))
     if algorithm != "sorted":
-        if deterministic and not (mode == "hw" and out_dt.kind in "iu"):
+        if ordered:
             raise ValueError(
                 "cufold: algorithm %r updates out in a varying order, so %s results are not "
                 "reproducible bit for bit; deterministic=True needs algorithm='sorted' (or None)"

@@ -40,7 +40,6 @@ counting with ``match_any`` peers). A onesweep-style sort (CUB's: look-back inst
 the count and scan launches) is what would come next; see docs/performance.md.
 """
 
-import collections
 import functools
 
 import numpy as np
@@ -50,14 +49,13 @@ from .. import block, warp
 from ..ops import plus
 from ..values import ValueType
 from . import _arrays, scan
-from .reduce import launch
+from .reduce import Tile, launch
 
 __all__ = ["group_by_key", "sort_key_dtype", "passes", "DIGIT_BITS", "TILE"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 #: Bits sorted per pass.
 DIGIT_BITS = 4 if SIMULATOR else 7
-Tile = collections.namedtuple("Tile", "nt vt")
 #: Threads per block and elements per thread (every warp keeps ``VT`` rows in registers
 #: between its ranking and its scatter).
 TILE = Tile(64, 2) if SIMULATOR else Tile(256, 8)
@@ -75,23 +73,21 @@ def passes(m, digit_bits=DIGIT_BITS):
 
 @functools.lru_cache(maxsize=None)
 def _sort_key(key_dt, sk_dt, first):
-    """Device function ``sort_key(keys, i, m) -> (sort key, bad)``: the first pass maps
-    the caller's key to ``sk_dt`` (``m`` for a key outside ``[0, m)``: one unsigned
-    compare, a negative key wraps to a huge one); later passes read sorted keys."""
+    """Device function ``sort_key(keys, i, m)``: the first pass maps the caller's key to
+    ``sk_dt`` (``m`` for a key outside ``[0, m)``: one unsigned compare, a negative key
+    wraps to a huge one); later passes read sorted keys."""
     SK = sk_dt.type
     if not first:
         @cuda.jit(device=True)
         def sorted_key(keys, i, m):
-            return keys[i], False
+            return keys[i]
         return sorted_key
     CT = np.uint64 if key_dt.itemsize == 8 or sk_dt.itemsize == 8 else np.uint32
 
     @cuda.jit(device=True)
     def caller_key(keys, i, m):
         u = CT(keys[i])
-        if u < CT(m):
-            return SK(u), False
-        return SK(m), True
+        return SK(u) if u < CT(m) else SK(m)
     return caller_key
 
 
@@ -130,12 +126,12 @@ def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
         for r in range(vt):
             i = base + r * nt
             if i < n:
-                ks[r] = sort_key(keys, i, m)[0]
+                ks[r] = sort_key(keys, i, m)
         for r in range(vt):
             i = base + r * nt
             if i < n:
                 s = ks[r]
-                if first and epoch > 0 and s == SK(m):
+                if first and epoch > 0 and s == SK(m):     # a bad key (sorts as m)
                     report(status, epoch, i)
                 cuda.atomic.add(hist, np.int32((s >> SK(shift)) & SK(radix - 1)), 1)
         cuda.syncthreads()
@@ -191,7 +187,7 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
         for r in range(vt):                       # every load first, then the ranking
             i = base + r * 32
             if i < n:
-                ks[r] = sort_key(keys, i, m)[0]
+                ks[r] = sort_key(keys, i, m)
                 vs[r] = values[i]
         for r in range(vt):
             d = np.int32(radix)
@@ -255,8 +251,8 @@ def group_by_key(keys, values, m, stream, alloc_stream=None, status=None, epoch=
     library: keys as :func:`sort_key_dtype` of ``m`` (``m`` for every key outside
     ``[0, m)``: they come last), values in their own dtype.
 
-    ``on_bad(status, epoch, i)`` (a device function) is called by the first pass for every bad key's input position ``i``
-    when ``epoch > 0``.
+    ``on_bad(status, epoch, i)`` (a device function; None: no report) is called by the
+    first pass for every bad key's input position ``i`` when ``epoch > 0``.
 
     Example (keys in [0, 4)): keys ``[2, 0, 2, 1]``, values ``[a, b, c, d]`` ->
     ``[0, 1, 2, 2]``, ``[b, d, a, c]``.
@@ -268,21 +264,22 @@ def group_by_key(keys, values, m, stream, alloc_stream=None, status=None, epoch=
     tiles = -(-n // (nt * vt))
     radix = 1 << digit_bits
     slots = radix * tiles
+    n_passes = passes(m, digit_bits)
     _, counts = _arrays.empty(keys, (slots,), count_dt, alloc_stream)
-    buffers = [(_arrays.empty(keys, (n,), sk_dt, alloc_stream)[1],
-                _arrays.empty(keys, (n,), values.dtype, alloc_stream)[1]) for _ in range(2)]
+    buffers = [(_arrays.empty(keys, (n,), sk_dt, alloc_stream)[1],               # ping-pong
+                _arrays.empty(keys, (n,), values.dtype, alloc_stream)[1])
+               for _ in range(min(n_passes, 2))]
     cvt = ValueType.of(count_dt)
     scan_plan = scan._plan_for(plus, cvt, cvt, cvt, slots, "exclusive", None)
     n64, m64, tiles64 = np.int64(n), np.int64(m), np.int64(tiles)
-    no_status = status is None
-    if no_status:
-        status, epoch = counts, 0            # any array: nothing is recorded at epoch 0
+    if status is None or on_bad is None:
+        status, epoch, on_bad = counts, 0, _no_report     # nothing is recorded at epoch 0
     src_k, src_v = keys, values
-    for p in range(passes(m, digit_bits)):
+    for p in range(n_passes):
         first = p == 0
         key_dt = keys.dtype if first else sk_dt
         shift = np.int64(p * digit_bits)
-        report = on_bad if first and not no_status and on_bad is not None else _no_report
+        report = on_bad if first else _no_report
         launch(count_kernel(key_dt, sk_dt, first, digit_bits, tile, report),
                ("radix-count", key_dt, sk_dt, first, digit_bits, tile, _name(report)),
                tiles, nt, stream, (src_k, n64, m64, shift, counts, tiles64, status, np.int64(epoch)))
