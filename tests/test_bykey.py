@@ -115,7 +115,7 @@ def test_repeated_keys_fill_the_table(algorithm, rng):
 
 # --- runs, adaptive and table: rows, spans, carries ---------------------------------------------------
 
-AGGREGATING = ("runs", "adaptive", "table")
+AGGREGATING = ("runs", "runs2", "adaptive", "table")
 
 
 def runs_keys(rng, n, m, lengths, bad=0.0):
@@ -499,9 +499,9 @@ def test_automatic_choice():
     def auto(op, out=f64, deterministic=False):
         return BK.plan(op, i32, out, out, 100, 1000, 0, None, deterministic, True).spec.algorithm
 
-    assert auto(cufold.plus) == BK.AUTO == "runs"
-    assert auto(cufold.maximum) == auto(cufold.multiplies) == "runs"        # identities
-    assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "runs"
+    assert auto(cufold.plus) == BK.AUTO == "runs2"
+    assert auto(cufold.maximum) == auto(cufold.multiplies) == "runs2"        # identities
+    assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "runs2"
     assert auto(cufold.as_op(lambda a, b: a + b)) == "sorted"                 # not commutative
     assert auto(cufold.plus, deterministic=True) == "sorted"
 
@@ -511,7 +511,7 @@ def test_automatic_choice():
     assert groups(cufold.plus, deterministic=True) and groups(cufold.as_op(lambda a, b: a + b))
     assert not groups(cufold.plus, deterministic=True, algorithm="sorted")   # keys grouped already
     assert not groups(cufold.plus) and not groups(cufold.plus, np.dtype(np.int64), deterministic=True)
-    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "runs"  # exact anyway
+    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "runs2"  # exact anyway
     assert BK.plan(cufold.maximum, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "cas"
     assert BK.plan(cufold.plus, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "hw"
 
@@ -726,7 +726,7 @@ def fake_launch(fn, key, grid, nt, stream, kargs):
     found[key[1].algorithm, key[1].wide] = sorted(set(re.findall(r"\bclz\.b\d+", ptx)))
 
 BK.launch = fake_launch
-for alg in ("runs", "table"):
+for alg in ("runs", "runs2", "table"):
     for m in (1 << 20, 1 << 40):   # the int32 and the int64 (wide) index paths
         p = BK.plan(cufold.plus, np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.float64), m, 1 << 20,
                     0, alg, False, False)
@@ -740,8 +740,8 @@ def test_runs_ptx_clz_32():
     """The run scan's segment start is ``31 - clz(heads & lanes 0..lane)`` on a 32-bit
     ballot. Numba types ``uint32 | uint32`` as uint64 where NumPy (the simulator) keeps
     uint32, so a missing cast compiles to a 64-bit ``clz`` (start off by 32: every lane
-    scans across its run head) that only a GPU shows. Compiles ``runs`` and ``table``
-    for sm_90 in a subprocess (no simulator) and looks at the PTX: only ``clz.b32``
+    scans across its run head) that only a GPU shows. Compiles ``runs``, ``runs2`` and
+    ``table`` for sm_90 in a subprocess (no simulator) and looks at the PTX: only ``clz.b32``
     (their only ``clz`` is the run scan's; ``ffs`` of a 64-bit word would add one)."""
     import os
     import subprocess
@@ -758,6 +758,6 @@ def test_runs_ptx_clz_32():
     if "NO-NVVM" in proc.stdout:
         pytest.skip("no NVVM to compile PTX")
     found = eval(proc.stdout.split("CLZ", 1)[1].strip())
-    assert len(found) == 4
+    assert len(found) == 6
     for (alg, wide), clz in found.items():
         assert clz == ["clz.b32"], (alg, wide, clz)

@@ -47,6 +47,12 @@ VARIANTS = [
     ("table runs<=24", "table", {"CUFOLD_BYKEY_RUNS": "24"}, False),
     ("table ld.ca", "table", {"CUFOLD_BYKEY_LOAD": "ca"}, False),
     ("runs 256x4", "runs", {}, False),
+    ("runs2 256x2", "runs2", {"CUFOLD_BYKEY_TILE": "256x2"}, False),
+    ("runs2 128x2", "runs2", {}, False),
+    ("runs2 512x2", "runs2", {"CUFOLD_BYKEY_TILE": "512x2"}, False),
+    ("runs2 256x1", "runs2", {"CUFOLD_BYKEY_TILE": "256x1"}, False),
+    ("runs2 256x4", "runs2", {"CUFOLD_BYKEY_TILE": "256x4"}, False),
+    ("runs2 ld.ca", "runs2", {"CUFOLD_BYKEY_LOAD": "ca"}, False),
     ("runs 256x8", "runs", {"CUFOLD_BYKEY_TILE": "256x8"}, False),
     ("adaptive 256x4", "adaptive", {}, False),
     ("atomic 256x4", "atomic", {}, False),
@@ -56,6 +62,7 @@ VARIANTS = [
     ("floor (atomic, no valid key)", "atomic", {}, False),
 ]
 ENV_KEYS = ("CUFOLD_BYKEY_TILE", "CUFOLD_BYKEY_RUNS", "CUFOLD_BYKEY_LOAD")
+MODELLED = ("atomic", "warp", "runs", "runs2", "adaptive", "table")
 
 
 def set_env(env):
@@ -76,20 +83,22 @@ def tile_of(algorithm):
 
 
 def updates(keys, algorithm, vt=4, nt=256, runs_max=16):
-    """How many updates of ``out`` a scheme issues (keys all valid; n a multiple of 32)."""
-    n = keys.size - keys.size % 32
+    """How many updates of ``out`` a scheme issues (keys all valid; n a multiple of 64)."""
+    from cufold.device import bykey as BK
+    width = 32 * BK.LANE_ITEMS.get(algorithm, 1)         # elements in a row (runs2: 64)
+    n = keys.size - keys.size % width
     if algorithm == "atomic":
         return n
-    rows = keys[:n].reshape(-1, 32)
+    rows = keys[:n].reshape(-1, width)
     left = np.empty_like(rows)
     left[:, 1:] = rows[:, :-1]
-    left[1:, 0] = rows[:-1, 31]
+    left[1:, 0] = rows[:-1, -1]
     left[0, 0] = -1
     first_row = (np.arange(rows.shape[0]) % vt) == 0       # a span's first row: lane 0 is a head
     left[first_row, 0] = -1
     heads = rows != left
     count = heads.sum(1)
-    if algorithm == "runs":
+    if algorithm in ("runs", "runs2"):
         return int(count.sum())
     direct = count == 32
     by_runs = (count <= runs_max) & ~direct
@@ -148,8 +157,7 @@ def run_gpu(args):
         values = torch.as_tensor(values_h, device="cuda")
         out = torch.zeros(m, dtype=torch.float64, device="cuda")
         tiny = torch.zeros(1, dtype=torch.float64, device="cuda")
-        models[order] = {a: updates(keys_h, a, *tile_of(a)) / 1e6 for a in ("atomic", "warp", "runs", "adaptive",
-                                                                               "table")}
+        models[order] = {a: updates(keys_h, a, *tile_of(a)) / 1e6 for a in MODELLED}
         peers = {"torch.index_add_": lambda: out.index_add_(0, keys, values)}
         if cupyx is not None:
             ck, cv, co = cupy.asarray(keys), cupy.asarray(values), cupy.asarray(out)
@@ -198,7 +206,7 @@ def run_gpu(args):
         print("!! %s %s: %s" % (label, order, "result differs from numpy.bincount" if why is False else why))
     print("updates of out (millions, modelled; default tiles, runs<=16):")
     print("%-30s" % "scheme" + "".join("%18s" % o for o in orders))
-    for a in ("atomic", "warp", "runs", "adaptive", "table"):
+    for a in MODELLED:
         print("%-30s" % a + "".join("%18.2f" % models[o][a] for o in orders))
     print("targets: ordered, shifted <= best peer / 2; random <= best peer (default row, check=False)")
 

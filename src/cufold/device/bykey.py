@@ -31,6 +31,10 @@ name          how values meet their key's slot of ``out``
               heads' ballot), and a run crossing rows is carried to the next row, so a
               run costs one atomic per span; a row whose 32 keys all differ from their
               left neighbours (random keys) does one atomic per element at once
+``runs2``     ``runs`` with two consecutive elements per lane (rows of 64): each lane
+              folds its pair first, so one segmented scan covers 64 elements and a
+              row costs about the instructions of a ``runs`` row of 32 (the default:
+              seed 001's ordered keys at the read floor plus ~2 µs)
 ``adaptive``  ``runs``, but a row with more than ``RUNS_MAX`` of 32 run heads (keys
               that repeat, but not next to each other) groups by ``match_any`` instead
 ``table``     ``runs``, but those rows fold every element into a per-block shared hash
@@ -39,19 +43,19 @@ name          how values meet their key's slot of ``out``
               repeat anywhere in the tile (2048 elements) meet there. Needs an identity.
 ============  =========================================================================
 
-**The automatic choice is made inside the kernels, per row of 32 elements, with no
-host round trip.** Every row asks one ballot: which lanes start a run (key unlike the
-element before; lane 0 looks at the previous row's lane 31 through a rotating
-shuffle). All 32 heads (random keys): plain atomics, nothing else (a warp-uniform
-branch). At most ``RUNS_MAX`` (16) heads (sorted or grouped keys): runs. More: the
-keys repeat out of order, or not at all; ``table`` merges what repeats within the
-tile. Seed 001's box (10^7 values, 10^6 cells) then issues, per call: ordered keys
+**The automatic choice is made inside the kernels, per row, with no host round
+trip.** Every row asks which elements start a run (key unlike the element before;
+lane 0 looks at the previous row's lane 31 through a rotating shuffle). All heads
+(random keys): plain atomics, nothing else (a warp-uniform branch). Otherwise
+(``runs``, ``runs2``, the default): runs. ``adaptive`` and ``table`` take runs for rows
+of at most ``RUNS_MAX`` (16) heads of 32 (sorted or grouped keys); with more, the keys
+repeat out of order, or not at all; ``table`` merges what repeats within the tile. Seed 001's box (10^7 values, 10^6 cells) then issues, per call: ordered keys
 1.06 M updates (one per run of 10, and the runs split at span ends), shifted keys 3.0 M
 (the particles a cell receives from its 8 neighbours meet within 2048 elements; per row
 of 32 with match_any it would be 4.7 M, by runs 8.8 M), random keys 10 M (nothing
 repeats within reach; ``tools/tune_bykey.py`` models these counts). A host-side estimate would need a synchronisation and would misjudge
 "shifted" (12% equal neighbours, yet 70% of its updates merge). The default
-(``algorithm=None``) is ``AUTO`` (``runs``) for commutative operators, with an
+(``algorithm=None``) is ``AUTO`` (``runs2``) for commutative operators, with an
 identity or without (``AUTO_NO_IDENTITY``), and ``sorted`` for
 non-commutative operators and for ``deterministic=True`` on floating point, after the
 pairs are grouped by key with a stable radix sort (``cufold.device.radix``): each key is
@@ -114,14 +118,14 @@ from .reduce import launch
 
 __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan", "tile_for"]
 
-ALGORITHMS = ("atomic", "warp", "block", "sorted", "runs", "adaptive", "table")
+ALGORITHMS = ("atomic", "warp", "block", "sorted", "runs", "runs2", "adaptive", "table")
 #: What ``algorithm=None`` runs for commutative operators with an identity (see the module
-#: doc). ``runs`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-21: seed
-#: 001's ordered keys 1.9x cupyx.scatter_add, shifted 1.1x, random 1.0x; ``table`` 1.3x,
-#: 0.8x, 1.0x; ``warp`` 0.95x, 1.3x, 1.0x).
-AUTO = "runs"
-#: ... and for commutative operators without one (``runs`` needs none).
-AUTO_NO_IDENTITY = "runs"
+#: doc). ``runs2`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-22: seed
+#: 001's ordered keys 2.47x cupyx.scatter_add, shifted 1.13x, random 0.99x; ``runs`` 2.02x,
+#: 1.09x, 0.99x; 2026-11-21: ``table`` 1.3x, 0.8x, 1.0x; ``warp`` 0.95x, 1.3x, 1.0x).
+AUTO = "runs2"
+#: ... and for commutative operators without one (``runs2`` needs none).
+AUTO_NO_IDENTITY = "runs2"
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -151,9 +155,16 @@ LOAD_HINT = "cs"
 GRID_CAP = 4 if SIMULATOR else 1 << 16
 
 #: Threads, items per thread and table slots on a GPU (``None``: the warp-level kernels).
-#: 4 items keep ``runs``/``atomic`` near 32 registers (full occupancy); ``table`` keeps a
+#: 4 items keep ``runs``/``atomic`` near 32 registers (full occupancy); ``runs2`` (38
+#: registers) measured best with 2 rows of 64 and 4 warps (H200, 2026-11-22: 128x2 30.2 µs
+#: ordered, 256x2 30.6, 256x1 32.8, 256x4 34.6, 512x2 32.0); ``table`` keeps a
 #: 2048-element tile (its merge window) with 16 warps; see docs/performance.md.
-GPU_TILES = {None: (256, 4, 0), "table": (512, 4, 2048), "block": (256, 8, 2048), "sorted": (256, 8, 0)}
+GPU_TILES = {None: (256, 4, 0), "runs2": (128, 2, 0), "table": (512, 4, 2048), "block": (256, 8, 2048),
+             "sorted": (256, 8, 0)}
+
+#: Consecutive elements a lane holds in each row (``runs2``: two, rows of 64); a tile
+#: is ``nt x vt x`` that many elements.
+LANE_ITEMS = {"runs2": 2}
 
 Tile = collections.namedtuple("Tile", "nt vt slots runs_max hint")
 Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order")
@@ -417,22 +428,12 @@ def _by_runs(algorithm, runs_max):
 
 
 @functools.lru_cache(maxsize=None)
-def _runs_part(spec):
-    """Device function ``runs(out, bits, idx, v, heads, cin, cout, carry) -> carry``: a
-    row's runs of equal keys reduced by an inclusive segmented scan (shfl_up steps
-    bounded by the lane's distance to its run head; the 8 and 16 steps only when some
-    run is that long), then one update by the last lane of each run. The run ending at
-    lane 31 may continue in the next row (``cout``): its total is broadcast as
-    ``carry`` instead, and the next row's first run (``cin``) folds it in, so a run
-    costs one update per span whatever the rows it crosses. Operands are combined in
-    sequence order (``combine(earlier, later)``)."""
+def _segment_step(spec):
+    """Device function ``step(v, dist, offset)``: one step of an inclusive segmented scan
+    by ``shfl_up`` (``dist``: the lane's distance to its segment's first lane)."""
     out_vt = ValueType.of(spec.out_dt)
     combine = spec.op.combine(out_vt)
     up = out_vt.shuffle("up")
-    broadcast = out_vt.shuffle("idx")
-    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
-    full = np.uint32(FULL_MASK)
-    top = np.uint32(0x80000000)
 
     @cuda.jit(device=True)
     def step(v, dist, offset):
@@ -441,15 +442,25 @@ def _runs_part(spec):
             v = combine(o, v)
         return v
 
+    return step
+
+
+@functools.lru_cache(maxsize=None)
+def _segmented_scan(spec):
+    """Device function ``scan(v, heads) -> v``: the inclusive scan of ``v`` over lanes,
+    restarted at every lane of the ``heads`` ballot (lane 0 always starts a segment);
+    the 8 and 16 steps only when some segment is that long."""
+    step = _segment_step(spec)
+    full = np.uint32(FULL_MASK)
+
     @cuda.jit(device=True)
-    def runs(out, bits, idx, v, heads, cin, cout, carry):
+    def scan(v, heads):
         lane = np.uint32(cuda.laneid)
         below = full >> (np.uint32(31) - lane)              # lanes 0..lane
-        # lane 0 always starts a segment (a run continued from the previous row too:
-        # the carry is folded in at the segment's end). Numba types ``uint32 | uint32``
-        # as uint64 (NumPy keeps uint32, so the simulator cannot tell): without the cast
-        # ``clz`` counts 64 bits (``clz.b64``), ``start`` is off by 32 and every lane
-        # scans across run heads (wrong sums on a GPU only; ``test_runs_ptx_clz_32``).
+        # Numba types ``uint32 | uint32`` as uint64 (NumPy keeps uint32, so the simulator
+        # cannot tell): without the cast ``clz`` counts 64 bits (``clz.b64``), ``start`` is
+        # off by 32 and every lane scans across run heads (wrong sums on a GPU only;
+        # ``test_runs_ptx_clz_32``).
         start = np.int32(31) - np.int32(cuda.clz(np.uint32((heads | np.uint32(1)) & below)))
         dist = np.int32(np.int32(lane) - start)            # 32-bit compares below
         v = step(v, dist, 1)
@@ -459,6 +470,33 @@ def _runs_part(spec):
             v = step(v, dist, 8)
             if cuda.any_sync(FULL_MASK, dist >= 16):
                 v = step(v, dist, 16)
+        return v
+
+    return scan
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_part(spec):
+    """Device function ``runs(out, bits, idx, v, heads, cin, cout, carry) -> carry``: a
+    row's runs of equal keys reduced by a segmented scan bounded by the run heads'
+    ballot, then one update by the last lane of each run. The run ending at lane 31 may
+    continue in the next row (``cout``): its total is broadcast as ``carry`` instead,
+    and the next row's first run (``cin``) folds it in, so a run costs one update per
+    span whatever the rows it crosses. Operands are combined in sequence order
+    (``combine(earlier, later)``)."""
+    out_vt = ValueType.of(spec.out_dt)
+    combine = spec.op.combine(out_vt)
+    broadcast = out_vt.shuffle("idx")
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    scan = _segmented_scan(spec)
+    full = np.uint32(FULL_MASK)
+    top = np.uint32(0x80000000)
+
+    @cuda.jit(device=True)
+    def runs(out, bits, idx, v, heads, cin, cout, carry):
+        lane = np.uint32(cuda.laneid)
+        below = full >> (np.uint32(31) - lane)
+        v = scan(v, heads)
         tail = (((heads >> np.uint32(1)) | top) >> lane) & np.uint32(1) != 0
         if cin and tail and (heads & below) == 0:
             v = combine(carry, v)
@@ -469,6 +507,106 @@ def _runs_part(spec):
         return carry
 
     return runs
+
+
+@functools.lru_cache(maxsize=None)
+def _runs2_part(spec):
+    """Device function ``runs2(out, bits, ka, va, kb, vb, ha, hb, heads, heads_a, cin,
+    cout, carry) -> carry``: ``_runs_part`` for a row of 64 elements, lane ``l`` holding
+    the consecutive elements ``a = 2l`` and ``b = 2l + 1`` (``ha``, ``hb``: each starts
+    a run). The lane folds its pair first (``b`` alone when it starts a run), so one
+    segmented scan covers twice the elements; segments start at the lanes of ``heads``
+    (``ha or hb``). ``b`` ends a run where the next lane's ``a`` starts one
+    (``heads_a``); ``a`` ends one where ``b`` starts one, its total being the previous
+    lane's scan (and the carry, when the run came from the previous row) with ``va``."""
+    out_vt = ValueType.of(spec.out_dt)
+    combine = spec.op.combine(out_vt)
+    up = out_vt.shuffle("up")
+    broadcast = out_vt.shuffle("idx")
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    scan = _segmented_scan(spec)
+    full = np.uint32(FULL_MASK)
+
+    @cuda.jit(device=True)
+    def runs2(out, bits, ka, va, kb, vb, ha, hb, heads, heads_a, cin, cout, carry):
+        lane = np.uint32(cuda.laneid)
+        below = full >> (np.uint32(31) - lane)
+        t = scan(vb if hb else combine(va, vb), heads)
+        before = up(FULL_MASK, t, 1)                         # the run open at lane - 1's end
+        if hb and ka >= 0:                                   # a ends a run
+            a = va
+            if not ha:
+                if lane > 0:
+                    a = combine(before, va)
+                if cin and np.uint32(heads & (below >> np.uint32(1))) == 0:
+                    a = combine(carry, a)                    # no head before: from the last row
+            update(out, bits, ka, a)
+        if cin and np.uint32(heads & below) == 0:
+            t = combine(carry, t)
+        if lane == 31:
+            tail = not cout
+        else:
+            tail = (heads_a >> (lane + np.uint32(1))) & np.uint32(1) != 0
+        if tail and kb >= 0:
+            update(out, bits, kb, t)
+        if cout:
+            carry = broadcast(FULL_MASK, t, 31)
+        return carry
+
+    return runs2
+
+
+@functools.lru_cache(maxsize=None)
+def _runs2_body(spec, full):
+    """``_span_body`` of ``runs2``: a span of ``64 x VT`` consecutive elements, lane ``l``
+    of row ``j`` holding elements ``first + 64 j`` and the one after (``first``: the
+    span's start + ``2 l``). Heads: ``a`` against the previous lane's ``b`` (lane 0:
+    the previous row's lane 31, one rotating shuffle), ``b`` against ``a``. A row of 64
+    heads (random keys) does plain updates; the others are reduced by runs, carried
+    across rows as in ``runs``."""
+    vt = spec.tile.vt
+    lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
+    for j in range(vt):
+        for h, d in (("a", 0), ("b", 1)):
+            lines.append("    k%s%d, v%s%d, ok%s%d, bad%s%d = load(keys, values, n, m, first + %d)"
+                         % (h, j, h, j, h, j, h, j, 64 * j + d))
+    lines.append("    if (%s) and epoch > 0:" % " or ".join("bad%s%d" % (h, j) for j in range(vt) for h in "ab"))
+    for j in range(vt):
+        for h, d in (("a", 0), ("b", 1)):
+            lines += ["        if bad%s%d:" % (h, j),
+                      "            record(status, 0, epoch, first + %d)" % (64 * j + d)]
+    lines.append("    lane = cuda.laneid")
+    for j in range(vt):
+        prev = "IT(-1)" if j == 0 else "kb%d" % (j - 1)
+        # ``ha`` and ``hb`` are balloted apart and the words combined: ptxas (CUDA 13,
+        # sm_90) compiled ``ballot(ha or hb)`` beside ``ballot(ha and hb)`` as the ``and``
+        # for both (wrong sums on a GPU only). ``ballot_sync`` is int32 to Numba, so the
+        # words are compared as uint32.
+        lines += ["    left = cuda.shfl_sync(FULL, %s if lane == 31 else kb%d, (lane + 31) & 31)" % (prev, j),
+                  "    ha%d = ka%d != left%s" % (j, j, " or lane == 0" if j == 0 else ""),
+                  "    hb%d = kb%d != ka%d" % (j, j, j),
+                  "    A%d = U32(cuda.ballot_sync(FULL, ha%d))" % (j, j),
+                  "    B%d = U32(cuda.ballot_sync(FULL, hb%d))" % (j, j),
+                  "    H%d = U32(A%d | B%d)" % (j, j, j),
+                  "    r%d = U32(A%d & B%d) != FULL" % (j, j, j)]
+    # a run continues from row j into row j + 1: both reduced by runs, and row j + 1's
+    # first element is no head
+    lines += ["    c%d = r%d and r%d and (A%d & U32(1)) == 0" % (j, j, j + 1, j + 1) for j in range(vt - 1)]
+    lines += ["    c%d = False" % (vt - 1), "    carry = T(0)"]
+    for j in range(vt):
+        lines += ["    if r%d:" % j,
+                  "        carry = runs2(out, bits, ka%d, va%d, kb%d, vb%d, ha%d, hb%d, H%d, A%d, %s, c%d, carry)"
+                  % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j),
+                  "    else:",
+                  "        if oka%d:" % j,
+                  "            update(out, bits, ka%d, va%d)" % (j, j),
+                  "        if okb%d:" % j,
+                  "            update(out, bits, kb%d, vb%d)" % (j, j)]
+    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
+           "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK), "U32": np.uint32,
+           "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec),
+           "update": _updater(spec.op, spec.out_dt, spec.mode, spec.wide)}
+    return _codegen.build("\n".join(lines) + "\n", "body", env)
 
 
 def _table_layout(spec):
@@ -632,7 +770,7 @@ def _value_of(spec):
 
 @functools.lru_cache(maxsize=None)
 def scatter_kernel(spec):
-    """The kernel of ``atomic``/``warp``/``runs``/``adaptive``/``table``/``block``:
+    """The kernel of ``atomic``/``warp``/``runs``/``runs2``/``adaptive``/``table``/``block``:
     ``(keys, values, out, bits, n, m, status, epoch)``. Every lane of a warp runs the
     same iterations (collectives). ``block``: block ``b`` owns a contiguous range of
     tiles (its shared table persists across them). The others: one tile per block (a
@@ -640,15 +778,17 @@ def scatter_kernel(spec):
     SMs whatever the occupancy, and the resident blocks work on neighbouring tiles;
     ``table`` flushes its shared table after each tile that used it."""
     nt, vt = spec.tile.nt, spec.tile.vt
-    tile = nt * vt
-    span = 32 * vt
-    full_body = _span_body(spec, True)
-    part_body = _span_body(spec, False)
+    per_lane = LANE_ITEMS.get(spec.algorithm, 1)
+    tile = nt * vt * per_lane
+    span = 32 * vt * per_lane
+    body = _runs2_body if spec.algorithm == "runs2" else _span_body
+    full_body = body(spec, True)
+    part_body = body(spec, False)
 
     if spec.algorithm not in ("block", "table"):
         def scatter(keys, values, out, bits, n, m, status, epoch):
             tiles = (n + (tile - 1)) // tile
-            offset = (cuda.threadIdx.x // 32) * span + cuda.laneid
+            offset = (cuda.threadIdx.x // 32) * span + cuda.laneid * per_lane
             t = np.int64(cuda.blockIdx.x)
             while t < tiles:
                 base = t * tile
@@ -960,7 +1100,7 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
                          "than the 48 KiB a kernel may declare (CUFOLD_BYKEY_TILE)"
                          % (spec.tile.slots, out_dt, _smem_bytes(spec)))
     nt, vt = spec.tile.nt, spec.tile.vt
-    tiles = -(-n // (nt * vt))
+    tiles = -(-n // (nt * vt * LANE_ITEMS.get(algorithm, 1)))
     if algorithm == "sorted":
         grid = tiles
     elif algorithm == "block":
