@@ -427,6 +427,17 @@ def _by_runs(algorithm, runs_max):
     return by_runs
 
 
+def _span_loads(elements):
+    """Generated lines of a span body: ``k<name>, v<name>, ok<name>, bad<name>`` for the
+    element ``first + offset`` of each ``(name, offset)``, all loads issued before any
+    work, then one branch recording the (rare) bad keys."""
+    lines = ["    k%s, v%s, ok%s, bad%s = load(keys, values, n, m, first + %d)" % (e, e, e, e, d) for e, d in elements]
+    lines.append("    if (%s) and epoch > 0:" % " or ".join("bad%s" % e for e, _ in elements))
+    for e, d in elements:
+        lines += ["        if bad%s:" % e, "            record(status, 0, epoch, first + %d)" % d]
+    return lines
+
+
 @functools.lru_cache(maxsize=None)
 def _segment_step(spec):
     """Device function ``step(v, dist, offset)``: one step of an inclusive segmented scan
@@ -566,15 +577,7 @@ def _runs2_body(spec, full):
     across rows as in ``runs``."""
     vt = spec.tile.vt
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
-    for j in range(vt):
-        for h, d in (("a", 0), ("b", 1)):
-            lines.append("    k%s%d, v%s%d, ok%s%d, bad%s%d = load(keys, values, n, m, first + %d)"
-                         % (h, j, h, j, h, j, h, j, 64 * j + d))
-    lines.append("    if (%s) and epoch > 0:" % " or ".join("bad%s%d" % (h, j) for j in range(vt) for h in "ab"))
-    for j in range(vt):
-        for h, d in (("a", 0), ("b", 1)):
-            lines += ["        if bad%s%d:" % (h, j),
-                      "            record(status, 0, epoch, first + %d)" % (64 * j + d)]
+    lines += _span_loads([("%s%d" % (h, j), 64 * j + d) for j in range(vt) for h, d in (("a", 0), ("b", 1))])
     lines.append("    lane = cuda.laneid")
     for j in range(vt):
         prev = "IT(-1)" if j == 0 else "kb%d" % (j - 1)
@@ -726,13 +729,7 @@ def _span_body(spec, full):
     alg = spec.algorithm
     extra = {"block": ", tkeys, tvals, count", "table": ", tkeys, tvals"}.get(alg, "")
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first%s):" % extra]
-    for j in range(vt):
-        lines.append("    k%d, v%d, ok%d, bad%d = load(keys, values, n, m, first + %d)" % (j, j, j, j, 32 * j))
-    # one branch for the (rare) bad keys of the span
-    lines.append("    if (%s) and epoch > 0:" % " or ".join("bad%d" % j for j in range(vt)))
-    for j in range(vt):
-        lines.append("        if bad%d:" % j)
-        lines.append("            record(status, 0, epoch, first + %d)" % (32 * j))
+    lines += _span_loads([("%d" % j, 32 * j) for j in range(vt)])
     env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK)}
     if alg in ("runs", "adaptive", "table"):
