@@ -390,13 +390,29 @@ def _slot(spec):
 # --- runs / adaptive rows -----------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
+def _key_before(wide):
+    """Device function ``key_before(prev, idx)``: the key of the element before this
+    lane's, when lane ``l`` holds the element after lane ``l - 1``'s and lane 0 the one
+    after the previous row's last (``prev``, supplied by lane 31, whose own key no lane
+    reads): one rotate-by-one shuffle."""
+    it = np.int64 if wide else np.int32
+
+    @cuda.jit(device=True)
+    def key_before(prev, idx):
+        lane = cuda.laneid
+        return cuda.shfl_sync(FULL_MASK, it(prev) if lane == 31 else it(idx), (lane + 31) & 31)
+
+    return key_before
+
+
+@functools.lru_cache(maxsize=None)
 def _heads(wide):
     """Device functions ``first(idx)`` and ``following(previous_idx, idx)`` -> uint32
     ballot of the lanes whose key differs from the element before (a run head). Row
     ``j`` of a span follows row ``j - 1`` in memory, so lane 0's left neighbour is
-    lane 31 of the previous row: one rotate-by-one shuffle serves both (lane 31, whose
-    own key no lane reads, supplies the previous row's). Row 0's lane 0 is a head."""
+    lane 31 of the previous row (``_key_before``). Row 0's lane 0 is a head."""
     it = np.int64 if wide else np.int32
+    key_before = _key_before(wide)
 
     @cuda.jit(device=True)
     def first(idx):
@@ -405,9 +421,7 @@ def _heads(wide):
 
     @cuda.jit(device=True)
     def following(prev, idx):
-        lane = cuda.laneid
-        left = cuda.shfl_sync(FULL_MASK, prev if lane == 31 else idx, (lane + 31) & 31)
-        return np.uint32(cuda.ballot_sync(FULL_MASK, idx != left))
+        return np.uint32(cuda.ballot_sync(FULL_MASK, idx != key_before(prev, idx)))
 
     return first, following
 
@@ -487,6 +501,31 @@ def _segmented_scan(spec):
 
 
 @functools.lru_cache(maxsize=None)
+def _close_runs(spec):
+    """Device function ``close(out, bits, idx, v, ends, from_last, cin, cout, carry) ->
+    carry``: the end of a row reduced by runs, ``v`` being each lane's scan. The run open
+    at the row's start (``from_last``: no head up to this lane) takes the previous row's
+    ``carry`` when one comes in (``cin``); lanes where a run ``ends`` update ``out``;
+    with ``cout`` the run open at lane 31 goes on as the new carry."""
+    out_vt = ValueType.of(spec.out_dt)
+    combine = spec.op.combine(out_vt)
+    broadcast = out_vt.shuffle("idx")
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+
+    @cuda.jit(device=True)
+    def close(out, bits, idx, v, ends, from_last, cin, cout, carry):
+        if cin and from_last:
+            v = combine(carry, v)
+        if ends and idx >= 0:
+            update(out, bits, idx, v)
+        if cout:
+            carry = broadcast(FULL_MASK, v, 31)
+        return carry
+
+    return close
+
+
+@functools.lru_cache(maxsize=None)
 def _runs_part(spec):
     """Device function ``runs(out, bits, idx, v, heads, cin, cout, carry) -> carry``: a
     row's runs of equal keys reduced by a segmented scan bounded by the run heads'
@@ -495,11 +534,8 @@ def _runs_part(spec):
     and the next row's first run (``cin``) folds it in, so a run costs one update per
     span whatever the rows it crosses. Operands are combined in sequence order
     (``combine(earlier, later)``)."""
-    out_vt = ValueType.of(spec.out_dt)
-    combine = spec.op.combine(out_vt)
-    broadcast = out_vt.shuffle("idx")
-    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     scan = _segmented_scan(spec)
+    close = _close_runs(spec)
     full = np.uint32(FULL_MASK)
     top = np.uint32(0x80000000)
 
@@ -509,13 +545,8 @@ def _runs_part(spec):
         below = full >> (np.uint32(31) - lane)
         v = scan(v, heads)
         tail = (((heads >> np.uint32(1)) | top) >> lane) & np.uint32(1) != 0
-        if cin and tail and (heads & below) == 0:
-            v = combine(carry, v)
-        if tail and idx >= 0 and not (cout and lane == 31):
-            update(out, bits, idx, v)
-        if cout:
-            carry = broadcast(FULL_MASK, v, 31)
-        return carry
+        ends = tail and not (cout and lane == 31)
+        return close(out, bits, idx, v, ends, np.uint32(heads & below) == 0, cin, cout, carry)
 
     return runs
 
@@ -533,9 +564,9 @@ def _runs2_part(spec):
     out_vt = ValueType.of(spec.out_dt)
     combine = spec.op.combine(out_vt)
     up = out_vt.shuffle("up")
-    broadcast = out_vt.shuffle("idx")
     update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     scan = _segmented_scan(spec)
+    close = _close_runs(spec)
     full = np.uint32(FULL_MASK)
 
     @cuda.jit(device=True)
@@ -552,17 +583,11 @@ def _runs2_part(spec):
                 if cin and np.uint32(heads & (below >> np.uint32(1))) == 0:
                     a = combine(carry, a)                    # no head before: from the last row
             update(out, bits, ka, a)
-        if cin and np.uint32(heads & below) == 0:
-            t = combine(carry, t)
         if lane == 31:
-            tail = not cout
+            ends = not cout
         else:
-            tail = (heads_a >> (lane + np.uint32(1))) & np.uint32(1) != 0
-        if tail and kb >= 0:
-            update(out, bits, kb, t)
-        if cout:
-            carry = broadcast(FULL_MASK, t, 31)
-        return carry
+            ends = (heads_a >> (lane + np.uint32(1))) & np.uint32(1) != 0
+        return close(out, bits, kb, t, ends, np.uint32(heads & below) == 0, cin, cout, carry)
 
     return runs2
 
@@ -585,8 +610,7 @@ def _runs2_body(spec, full):
         # sm_90) compiled ``ballot(ha or hb)`` beside ``ballot(ha and hb)`` as the ``and``
         # for both (wrong sums on a GPU only). ``ballot_sync`` is int32 to Numba, so the
         # words are compared as uint32.
-        lines += ["    left = cuda.shfl_sync(FULL, %s if lane == 31 else kb%d, (lane + 31) & 31)" % (prev, j),
-                  "    ha%d = ka%d != left%s" % (j, j, " or lane == 0" if j == 0 else ""),
+        lines += ["    ha%d = ka%d != key_before(%s, kb%d)%s" % (j, j, prev, j, " or lane == 0" if j == 0 else ""),
                   "    hb%d = kb%d != ka%d" % (j, j, j),
                   "    A%d = U32(cuda.ballot_sync(FULL, ha%d))" % (j, j),
                   "    B%d = U32(cuda.ballot_sync(FULL, hb%d))" % (j, j),
@@ -607,7 +631,7 @@ def _runs2_body(spec, full):
                   "            update(out, bits, kb%d, vb%d)" % (j, j)]
     env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK), "U32": np.uint32,
-           "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec),
+           "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec), "key_before": _key_before(spec.wide),
            "update": _updater(spec.op, spec.out_dt, spec.mode, spec.wide)}
     return _codegen.build("\n".join(lines) + "\n", "body", env)
 
