@@ -499,9 +499,9 @@ def test_automatic_choice():
     def auto(op, out=f64, deterministic=False):
         return BK.plan(op, i32, out, out, 100, 1000, 0, None, deterministic, True).spec.algorithm
 
-    assert auto(cufold.plus) == BK.AUTO == "runs2"
-    assert auto(cufold.maximum) == auto(cufold.multiplies) == "runs2"        # identities
-    assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "runs2"
+    assert auto(cufold.plus) == BK.AUTO == "adaptive"
+    assert auto(cufold.maximum) == auto(cufold.multiplies) == "adaptive"        # identities
+    assert auto(cufold.Op(lambda a, b: a + b, commutative=True)) == BK.AUTO_NO_IDENTITY == "adaptive"
     assert auto(cufold.as_op(lambda a, b: a + b)) == "sorted"                 # not commutative
     assert auto(cufold.plus, deterministic=True) == "sorted"
 
@@ -511,7 +511,7 @@ def test_automatic_choice():
     assert groups(cufold.plus, deterministic=True) and groups(cufold.as_op(lambda a, b: a + b))
     assert not groups(cufold.plus, deterministic=True, algorithm="sorted")   # keys grouped already
     assert not groups(cufold.plus) and not groups(cufold.plus, np.dtype(np.int64), deterministic=True)
-    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "runs2"  # exact anyway
+    assert auto(cufold.plus, np.dtype(np.int64), deterministic=True) == "adaptive"  # exact anyway
     assert BK.plan(cufold.maximum, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "cas"
     assert BK.plan(cufold.plus, i32, f64, f64, 100, 1000, 0, None, False, True).spec.mode == "hw"
 
@@ -724,9 +724,11 @@ def fake_launch(fn, key, grid, nt, stream, kargs):
             sys.exit(0)
         raise
     found[key[1].algorithm, key[1].wide] = sorted(set(re.findall(r"\bclz\.b\d+", ptx)))
+    with open(os.path.join(os.environ["PTX_DIR"], "%s-%d.ptx" % (key[1].algorithm, key[1].wide)), "w") as f:
+        f.write(ptx)
 
 BK.launch = fake_launch
-for alg in ("runs", "runs2", "table"):
+for alg in ("runs", "runs2", "adaptive", "table"):
     for m in (1 << 20, 1 << 40):   # the int32 and the int64 (wide) index paths
         p = BK.plan(cufold.plus, np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.float64), m, 1 << 20,
                     0, alg, False, False)
@@ -736,13 +738,11 @@ print("CLZ", found)
 """
 
 
-def test_runs_ptx_clz_32():
-    """The run scan's segment start is ``31 - clz(heads & lanes 0..lane)`` on a 32-bit
-    ballot. Numba types ``uint32 | uint32`` as uint64 where NumPy (the simulator) keeps
-    uint32, so a missing cast compiles to a 64-bit ``clz`` (start off by 32: every lane
-    scans across its run head) that only a GPU shows. Compiles ``runs``, ``runs2`` and
-    ``table`` for sm_90 in a subprocess (no simulator) and looks at the PTX: only ``clz.b32``
-    (their only ``clz`` is the run scan's; ``ffs`` of a 64-bit word would add one)."""
+@pytest.fixture(scope="module")
+def sm90_ptx(tmp_path_factory):
+    """``({(algorithm, wide): clz instructions}, folder of the PTX files)`` of ``runs``,
+    ``runs2``, ``adaptive`` and ``table`` compiled for sm_90 in a subprocess (no
+    simulator); skips where there is no NVVM."""
     import os
     import subprocess
     import sys
@@ -750,6 +750,7 @@ def test_runs_ptx_clz_32():
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env["PTX_DIR"] = str(tmp_path_factory.mktemp("ptx"))
     proc = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], env=env, capture_output=True, text=True,
                           timeout=600)
     if proc.returncode != 0 and ("nvvm" in proc.stderr.lower() or "cudatoolkit" in proc.stderr.lower()):
@@ -757,7 +758,49 @@ def test_runs_ptx_clz_32():
     assert proc.returncode == 0, proc.stderr[-3000:]
     if "NO-NVVM" in proc.stdout:
         pytest.skip("no NVVM to compile PTX")
-    found = eval(proc.stdout.split("CLZ", 1)[1].strip())
-    assert len(found) == 6
+    return eval(proc.stdout.split("CLZ", 1)[1].strip()), env["PTX_DIR"]
+
+
+def test_runs_ptx_clz_32(sm90_ptx):
+    """The run scan's segment start is ``31 - clz(heads & lanes 0..lane)`` on a 32-bit
+    ballot. Numba types ``uint32 | uint32`` as uint64 where NumPy (the simulator) keeps
+    uint32, so a missing cast compiles to a 64-bit ``clz`` (start off by 32: every lane
+    scans across its run head) that only a GPU shows. In the PTX of ``runs``, ``runs2``,
+    ``adaptive`` and ``table``: only ``clz.b32`` (their only ``clz`` is the run scan's;
+    ``ffs`` of a 64-bit word, as ``warp.reduce_peers`` had, would add one)."""
+    found, _ = sm90_ptx
+    assert len(found) == 8
     for (alg, wide), clz in found.items():
         assert clz == ["clz.b32"], (alg, wide, clz)
+
+
+def test_adaptive_match_rows_stay_converged(sm90_ptx):
+    """``adaptive``'s match rows: two ``match_any`` per row of 64 (one per half), in the
+    SASS too. With the halves chosen by selects on ``lane < 16``, ptxas duplicated the
+    second half per half-warp (24 ``MATCH`` for 8 in the PTX), and the diverged
+    ``match_any`` made seed 001's shifted keys 2.4x slower on an H200. Needs ``ptxas``
+    and ``nvdisasm`` (CUDA toolkit; the GPU machine has them)."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    _, folder = sm90_ptx
+    tools = [shutil.which(t) or (os.path.exists("/usr/local/cuda/bin/" + t) and "/usr/local/cuda/bin/" + t)
+             for t in ("ptxas", "nvdisasm")]
+    ptx = os.path.join(folder, "adaptive-0.ptx")
+    rows = 2 * BK.GPU_TILES["adaptive"][1]                    # full and partial spans
+    assert len(re.findall(r"\bmatch\.any", open(ptx).read())) == 2 * rows
+    if not all(tools):
+        pytest.skip("ptxas and nvdisasm not found: the SASS is not checked")
+    cubin = ptx + ".cubin"
+    for version in (None, "8.0"):                               # NVVM's PTX may be newer than ptxas
+        if version:
+            text = re.sub(r"^\.version .*$", ".version " + version, open(ptx).read(), flags=re.M)
+            ptx = ptx + ".old.ptx"
+            open(ptx, "w").write(text)
+        r = subprocess.run([tools[0], "-arch=sm_90", ptx, "-o", cubin], capture_output=True, text=True)
+        if r.returncode == 0:
+            break
+    assert r.returncode == 0, r.stderr[-2000:]
+    sass = subprocess.run([tools[1], "-c", cubin], capture_output=True, text=True, check=True).stdout
+    assert len(re.findall(r"\bMATCH\.ANY\b", sass)) == 2 * rows

@@ -46,6 +46,13 @@ for alg in cufold.algorithms("reduce_by_key"):
     out = cuda.to_device(np.zeros(5000))
     cufold.reduce_by_key_into(cuda.to_device(keys), cuda.to_device(xd), out, algorithm=alg)
     check("reduce_by_key_into %s" % alg, out.copy_to_host(), want, exact=False)
+shuffled = keys.copy()
+shuffled[::2] = rng.integers(0, 5000, shuffled[::2].size)    # most rows past the run-head limit
+for alg in ("adaptive", "table"):
+    out = cuda.to_device(np.zeros(5000))
+    cufold.reduce_by_key_into(cuda.to_device(shuffled), cuda.to_device(xd), out, algorithm=alg)
+    check("reduce_by_key_into %s (match / table rows)" % alg, out.copy_to_host(),
+          np.bincount(shuffled, weights=xd, minlength=5000), exact=False)
 out = cuda.to_device(np.zeros(5000))
 cufold.reduce_by_key_into(cuda.to_device(keys), cuda.to_device(xd), out, deterministic=True)   # radix grouping
 check("reduce_by_key_into deterministic", out.copy_to_host(), want, exact=False)

@@ -501,18 +501,21 @@ def reduce_peers(op, dtype):
 
     @cuda.jit(device=True)
     def warp_reduce_peers(peer_mask, value):
-        lane = cuda.laneid
-        rank = cuda.popc(peer_mask & ((1 << lane) - 1))
+        # 32-bit masks throughout: Numba widens uint32 operations to 64 bits, and a
+        # 64-bit ``ffs`` costs a 64-bit ``clz`` and more
+        lane = np.uint32(cuda.laneid)
+        peers = np.uint32(peer_mask)
+        rank = cuda.popc(np.uint32(peers & np.uint32((np.uint32(1) << lane) - np.uint32(1))))
         # The peers above me that have not yet been folded away.
-        pending = peer_mask & ((0xFFFFFFFE << lane) & FULL_MASK)
+        pending = np.uint32(peers & np.uint32(np.uint32(0xFFFFFFFE) << lane))
         while cuda.any_sync(FULL_MASK, pending != 0):
             source = cuda.ffs(pending)
             other = shfl(FULL_MASK, value, source - 1)
             if source != 0:
                 value = combine(value, other)
             # Lanes at odd relative positions have been read for the last time.
-            done = cuda.ballot_sync(FULL_MASK, (rank & 1) == 1)
-            pending = pending & (done ^ FULL_MASK)  # no ~: see masked_reduce
+            done = np.uint32(cuda.ballot_sync(FULL_MASK, (rank & 1) == 1))
+            pending = np.uint32(pending & np.uint32(done ^ np.uint32(FULL_MASK)))  # no ~: see masked_reduce
             rank >>= 1
         return value
 

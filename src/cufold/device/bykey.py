@@ -33,10 +33,12 @@ name          how values meet their key's slot of ``out``
               left neighbours (random keys) does one atomic per element at once
 ``runs2``     ``runs`` with two consecutive elements per lane (rows of 64): each lane
               folds its pair first, so one segmented scan covers 64 elements and a
-              row costs about the instructions of a ``runs`` row of 32 (the default:
-              seed 001's ordered keys at the read floor plus ~2 µs)
-``adaptive``  ``runs``, but a row with more than ``RUNS_MAX`` of 32 run heads (keys
-              that repeat, but not next to each other) groups by ``match_any`` instead
+              row costs about the instructions of a ``runs`` row of 32 (seed 001's
+              ordered keys at the read floor plus ~2 µs)
+``adaptive``  ``runs2``, but a row with more than ``2 x RUNS_MAX`` of 64 run heads
+              (keys that repeat, but not next to each other) groups by ``match_any``
+              instead, each half of the row (32 consecutive elements) apart, as
+              ``warp`` does (the default)
 ``table``     ``runs``, but those rows fold every element into a per-block shared hash
               table (multiplicative hash, CAS-claimed key, shared atomic on the value;
               no match_any), flushed with one update per key after each tile: keys that
@@ -47,15 +49,18 @@ name          how values meet their key's slot of ``out``
 trip.** Every row asks which elements start a run (key unlike the element before;
 lane 0 looks at the previous row's lane 31 through a rotating shuffle). All heads
 (random keys): plain atomics, nothing else (a warp-uniform branch). Otherwise
-(``runs``, ``runs2``, the default): runs. ``adaptive`` and ``table`` take runs for rows
-of at most ``RUNS_MAX`` (16) heads of 32 (sorted or grouped keys); with more, the keys
-repeat out of order, or not at all; ``table`` merges what repeats within the tile. Seed 001's box (10^7 values, 10^6 cells) then issues, per call: ordered keys
-1.06 M updates (one per run of 10, and the runs split at span ends), shifted keys 3.0 M
-(the particles a cell receives from its 8 neighbours meet within 2048 elements; per row
-of 32 with match_any it would be 4.7 M, by runs 8.8 M), random keys 10 M (nothing
-repeats within reach; ``tools/tune_bykey.py`` models these counts). A host-side estimate would need a synchronisation and would misjudge
-"shifted" (12% equal neighbours, yet 70% of its updates merge). The default
-(``algorithm=None``) is ``AUTO`` (``runs2``) for commutative operators, with an
+(``runs``, ``runs2``): runs. ``adaptive`` (the default) and ``table`` take runs for rows
+of at most ``RUNS_MAX`` (16) heads in 32 elements (sorted or grouped keys); with more,
+the keys repeat out of order, or not at all: ``adaptive`` groups the row's equal keys by
+``match_any``, ``table`` merges what repeats within the tile. Seed 001's box (10^7
+values, 10^6 cells) then issues, per call: ordered keys 1.06 M updates (one per run of
+10, and the runs split at span ends), shifted keys 4.7 M with ``adaptive``, as with
+``warp``'s rows of 32 (8.8 M by runs, 3.0 M by ``table``: the particles a cell receives
+from its 8 neighbours meet within 2048 elements), random keys 10 M (nothing repeats within
+reach; ``tools/tune_bykey.py`` models these counts). A host-side estimate would need a
+synchronisation and would misjudge "shifted" (12% equal neighbours, yet 70% of its
+updates could merge). The default
+(``algorithm=None``) is ``AUTO`` (``adaptive``) for commutative operators, with an
 identity or without (``AUTO_NO_IDENTITY``), and ``sorted`` for
 non-commutative operators and for ``deterministic=True`` on floating point, after the
 pairs are grouped by key with a stable radix sort (``cufold.device.radix``): each key is
@@ -120,12 +125,13 @@ __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan
 
 ALGORITHMS = ("atomic", "warp", "block", "sorted", "runs", "runs2", "adaptive", "table")
 #: What ``algorithm=None`` runs for commutative operators with an identity (see the module
-#: doc). ``runs2`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-22: seed
-#: 001's ordered keys 2.47x cupyx.scatter_add, shifted 1.13x, random 0.99x; ``runs`` 2.02x,
-#: 1.09x, 0.99x; 2026-11-21: ``table`` 1.3x, 0.8x, 1.0x; ``warp`` 0.95x, 1.3x, 1.0x).
-AUTO = "runs2"
-#: ... and for commutative operators without one (``runs2`` needs none).
-AUTO_NO_IDENTITY = "runs2"
+#: doc). ``adaptive`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-22,
+#: session 9: seed 001's ordered keys 2.38x cupyx.scatter_add, shifted 1.23x, random
+#: 1.00x; ``runs2`` 2.49x, 1.15x, 0.99x; ``runs`` 2.09x, 1.08x, 0.99x; ``table`` 1.22x,
+#: 0.77x, 0.99x; ``warp`` 0.95x, 1.33x, 0.99x).
+AUTO = "adaptive"
+#: ... and for commutative operators without one (``adaptive`` needs none).
+AUTO_NO_IDENTITY = "adaptive"
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -143,9 +149,9 @@ POS_MASK = (1 << POS_BITS) - 1
 EPOCH_LIMIT = (1 << (63 - POS_BITS)) - 1
 MAX_PROBES_GPU = 8
 MAX_PROBES_SIM = 4
-#: ``adaptive``/``table``: a row of 32 elements with at most this many run heads is
-#: reduced by runs; with more (but not all 32) by ``match_any`` peers / the shared table.
-#: ``CUFOLD_BYKEY_RUNS``.
+#: ``adaptive``/``table``: a row of 32 elements with at most this many run heads (of 64:
+#: twice as many) is reduced by runs; with more (but not all) by ``match_any`` peers / the
+#: shared table. ``CUFOLD_BYKEY_RUNS``.
 RUNS_MAX = 16
 #: Cache hint of the key and value loads: "cs" (evict first: the streamed inputs do
 #: not push ``out`` out of L2) or "ca" (plain). ``CUFOLD_BYKEY_LOAD``.
@@ -156,15 +162,17 @@ GRID_CAP = 4 if SIMULATOR else 1 << 16
 
 #: Threads, items per thread and table slots on a GPU (``None``: the warp-level kernels).
 #: 4 items keep ``runs``/``atomic`` near 32 registers (full occupancy); ``runs2`` (38
-#: registers) measured best with 2 rows of 64 and 4 warps (H200, 2026-11-22: 128x2 30.2 µs
-#: ordered, 256x2 30.6, 256x1 32.8, 256x4 34.6, 512x2 32.0); ``table`` keeps a
-#: 2048-element tile (its merge window) with 16 warps; see docs/performance.md.
-GPU_TILES = {None: (256, 4, 0), "runs2": (128, 2, 0), "table": (512, 4, 2048), "block": (256, 8, 2048),
-             "sorted": (256, 8, 0)}
+#: registers) and ``adaptive`` (44) measured best with 2 rows of 64 and 4 warps (H200,
+#: 2026-11-22, ordered/shifted µs: ``runs2`` 128x2 30.1/70.0, 256x2 30.5/72.0, 256x1
+#: 32.7/70.2, 256x4 34.4/73.4; ``adaptive`` 128x2 31.5/55.9, 256x2 32.4/57.5, 128x1
+#: 33.7/60.9); ``table`` keeps a 2048-element tile (its merge window)
+#: with 16 warps; see docs/performance.md.
+GPU_TILES = {None: (256, 4, 0), "runs2": (128, 2, 0), "adaptive": (128, 2, 0), "table": (512, 4, 2048),
+             "block": (256, 8, 2048), "sorted": (256, 8, 0)}
 
-#: Consecutive elements a lane holds in each row (``runs2``: two, rows of 64); a tile
-#: is ``nt x vt x`` that many elements.
-LANE_ITEMS = {"runs2": 2}
+#: Consecutive elements a lane holds in each row (``runs2``, ``adaptive``: two, rows of
+#: 64); a tile is ``nt x vt x`` that many elements.
+LANE_ITEMS = {"runs2": 2, "adaptive": 2}
 
 Tile = collections.namedtuple("Tile", "nt vt slots runs_max hint")
 Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order")
@@ -593,14 +601,74 @@ def _runs2_part(spec):
 
 
 @functools.lru_cache(maxsize=None)
+def _match_pair(spec):
+    """Device function ``pair(out, bits, ka, va, kb, vb)``: a row of 64 (``runs2``'s
+    layout, lane ``l`` holding elements ``2l`` and ``2l + 1``) by seed 001's
+    aggregation, one half of the row at a time. One ``shfl_xor`` by 16 regroups the
+    row so that each lane holds an element of the first 32 (``x``) and one of the last
+    32 (``y``): lanes below 16 keep ``a`` and receive lane ``l + 16``'s ``a``; the others
+    receive lane ``l - 16``'s ``b`` and keep ``b``. Each half's lanes are grouped by
+    ``match_any`` and reduced per group, and each group's first lane updates ``out``:
+    one update per distinct key of 32 consecutive elements (interleaved halves, ``a``
+    apart from ``b``, would merge fewer: seed 001's shifted keys, 6.1 M updates against
+    4.7 M). Keys ``< 0`` (bad, past ``n``) update nothing."""
+    out_vt = ValueType.of(spec.out_dt)
+    it = np.int64 if spec.wide else np.int32
+    vbits = _BITS[spec.out_dt.itemsize].type
+    swap_key = ValueType.of(it).shuffle("xor")
+    swap_value = out_vt.shuffle("xor")
+    find_peers = warp.peers(it)
+    group_total = warp.reduce_peers(spec.op, out_vt)
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+    # a value's bits, and back (integers are their own bits)
+    view = ".view(B)" if spec.out_dt.kind == "f" else ""
+    env = {"B": vbits, "T": spec.out_dt.type}
+    to_bits = _codegen.build("def to_bits(v):\n    return B(v%s)\n" % view, "to_bits", env)
+    to_value = _codegen.build("def to_value(w):\n    return %s\n" % ("w.view(T)" if view else "T(w)"),
+                              "to_value", env)
+
+    @cuda.jit(device=True)
+    def half(out, bits, k, v):
+        p = find_peers(k)
+        s = group_total(p, v)
+        if k >= 0 and cuda.ffs(p) - 1 == cuda.laneid:
+            update(out, bits, k, s)
+
+    @cuda.jit(device=True)
+    def pair(out, bits, ka, va, kb, vb):
+        lane = cuda.laneid
+        low = lane < 16
+        kr = swap_key(FULL_MASK, kb if low else ka, 16)
+        vr = swap_value(FULL_MASK, vb if low else va, 16)
+        # ``x = a if low else received`` and ``y = received if low else b`` as bit masks
+        # from a ballot (opaque to the compiler): with plain selects on ``low``, LLVM and
+        # ptxas duplicated the second half per half-warp, so its match_any ran diverged
+        # (2.4x slower on seed 001's shifted keys)
+        high = np.uint32(cuda.ballot_sync(FULL_MASK, not low)) >> np.uint32(lane) & np.uint32(1)
+        km = it(it(0) - it(high))
+        vm = vbits(vbits(0) - vbits(high))
+        kx = it((ka & ~km) | (kr & km))
+        ky = it((kr & ~km) | (kb & km))
+        ab, rb, bb = to_bits(va), to_bits(vr), to_bits(vb)
+        vx = to_value(vbits((ab & ~vm) | (rb & vm)))
+        vy = to_value(vbits((rb & ~vm) | (bb & vm)))
+        half(out, bits, kx, vx)
+        half(out, bits, ky, vy)
+
+    return pair
+
+
+@functools.lru_cache(maxsize=None)
 def _runs2_body(spec, full):
-    """``_span_body`` of ``runs2``: a span of ``64 x VT`` consecutive elements, lane ``l``
-    of row ``j`` holding elements ``first + 64 j`` and the one after (``first``: the
-    span's start + ``2 l``). Heads: ``a`` against the previous lane's ``b`` (lane 0:
-    the previous row's lane 31, one rotating shuffle), ``b`` against ``a``. A row of 64
-    heads (random keys) does plain updates; the others are reduced by runs, carried
-    across rows as in ``runs``."""
+    """``_span_body`` of ``runs2`` and ``adaptive``: a span of ``64 x VT`` consecutive
+    elements, lane ``l`` of row ``j`` holding elements ``first + 64 j`` and the one after
+    (``first``: the span's start + ``2 l``). Heads: ``a`` against the previous lane's
+    ``b`` (lane 0: the previous row's lane 31, one rotating shuffle), ``b`` against
+    ``a``. A row of 64 heads (random keys) does plain updates; the others are reduced by
+    runs, carried across rows as in ``runs``; ``adaptive``: only rows of at most ``2 x
+    runs_max`` heads, the others by ``match_any`` peers (``_match_pair``)."""
     vt = spec.tile.vt
+    matching = spec.algorithm == "adaptive"
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
     lines += _span_loads([("%s%d" % (h, j), 64 * j + d) for j in range(vt) for h, d in (("a", 0), ("b", 1))])
     lines.append("    lane = cuda.laneid")
@@ -615,7 +683,12 @@ def _runs2_body(spec, full):
                   "    A%d = U32(cuda.ballot_sync(FULL, ha%d))" % (j, j),
                   "    B%d = U32(cuda.ballot_sync(FULL, hb%d))" % (j, j),
                   "    H%d = U32(A%d | B%d)" % (j, j, j),
-                  "    r%d = U32(A%d & B%d) != FULL" % (j, j, j)]
+                  "    d%d = U32(A%d & B%d) == FULL" % (j, j, j)]
+        if matching:
+            lines += ["    g%d = not d%d and cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
+                      "    r%d = not d%d and not g%d" % (j, j, j)]
+        else:
+            lines.append("    r%d = not d%d" % (j, j))
     # a run continues from row j into row j + 1: both reduced by runs, and row j + 1's
     # first element is no head
     lines += ["    c%d = r%d and r%d and (A%d & U32(1)) == 0" % (j, j, j + 1, j + 1) for j in range(vt - 1)]
@@ -623,8 +696,11 @@ def _runs2_body(spec, full):
     for j in range(vt):
         lines += ["    if r%d:" % j,
                   "        carry = runs2(out, bits, ka%d, va%d, kb%d, vb%d, ha%d, hb%d, H%d, A%d, %s, c%d, carry)"
-                  % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j),
-                  "    else:",
+                  % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j)]
+        if matching:
+            lines += ["    elif g%d:" % j,
+                      "        pair(out, bits, ka%d, va%d, kb%d, vb%d)" % (j, j, j, j)]
+        lines += ["    else:",
                   "        if oka%d:" % j,
                   "            update(out, bits, ka%d, va%d)" % (j, j),
                   "        if okb%d:" % j,
@@ -633,6 +709,9 @@ def _runs2_body(spec, full):
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK), "U32": np.uint32,
            "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec), "key_before": _key_before(spec.wide),
            "update": _updater(spec.op, spec.out_dt, spec.mode, spec.wide)}
+    if matching:
+        env["pair"] = _match_pair(spec)
+        env["RUNS2"] = 2 * spec.tile.runs_max
     return _codegen.build("\n".join(lines) + "\n", "body", env)
 
 
@@ -691,14 +770,12 @@ def _table_insert(spec):
 @functools.lru_cache(maxsize=None)
 def _runs_row(spec):
     """Device function ``row(out, bits, idx, v, heads, runs, cin, cout, carry[, tkeys,
-    tvals]) -> carry`` of ``runs``, ``adaptive`` and ``table``: one row of 32
-    consecutive elements (lane order). A row where every lane is a run head (random
-    keys) does one update per lane; a row with ``runs`` (see ``_by_runs``) is reduced
-    by runs (``_runs_part``). The others, with more than ``runs_max`` heads, but not
-    all: ``adaptive`` groups them by ``match_any`` peers, reduced per group, one update
-    per distinct key of the row; ``table`` folds each element into the block's shared
-    table (flushed to ``out`` by the kernel), which merges the keys that repeat
-    anywhere in the tile."""
+    tvals]) -> carry`` of ``runs`` and ``table``: one row of 32 consecutive elements
+    (lane order). A row where every lane is a run head (random keys) does one update
+    per lane; a row with ``runs`` (see ``_by_runs``) is reduced by runs
+    (``_runs_part``). ``table``: the others, with more than ``runs_max`` heads, but not
+    all, fold each element into the block's shared table (flushed to ``out`` by the
+    kernel), which merges the keys that repeat anywhere in the tile."""
     update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     runs_part = _runs_part(spec)
     full = np.uint32(FULL_MASK)
@@ -721,21 +798,11 @@ def _runs_row(spec):
 
         return table_row
 
-    by_match = alg == "adaptive"
-    find_peers = warp.peers(np.int64 if spec.wide else np.int32)
-    group_total = warp.reduce_peers(spec.op, ValueType.of(spec.out_dt))
-
     @cuda.jit(device=True)
     def row(out, bits, idx, v, heads, runs, cin, cout, carry):
         if heads == full:
             if idx >= 0:
                 update(out, bits, idx, v)
-            return carry
-        if by_match and not runs:
-            p = find_peers(idx)
-            s = group_total(p, v)
-            if idx >= 0 and cuda.ffs(p) - 1 == cuda.laneid:
-                update(out, bits, idx, s)
             return carry
         return runs_part(out, bits, idx, v, heads, cin, cout, carry)
 
@@ -756,7 +823,7 @@ def _span_body(spec, full):
     lines += _span_loads([("%d" % j, 32 * j) for j in range(vt)])
     env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK)}
-    if alg in ("runs", "adaptive", "table"):
+    if alg in ("runs", "table"):
         env["first_heads"], env["heads"] = _heads(spec.wide)
         env["by_runs"] = _by_runs(alg, spec.tile.runs_max)
         env["row"] = _runs_row(spec)
@@ -802,7 +869,7 @@ def scatter_kernel(spec):
     per_lane = LANE_ITEMS.get(spec.algorithm, 1)
     tile = nt * vt * per_lane
     span = 32 * vt * per_lane
-    body = _runs2_body if spec.algorithm == "runs2" else _span_body
+    body = _runs2_body if spec.algorithm in ("runs2", "adaptive") else _span_body
     full_body = body(spec, True)
     part_body = body(spec, False)
 
