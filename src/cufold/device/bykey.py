@@ -245,6 +245,18 @@ def _bits_dtype(mode, dt):
     return _BITS[dt.itemsize] if mode == "cas" and dt.kind == "f" else dt
 
 
+@functools.lru_cache(maxsize=None)
+def _bit_casts(dt):
+    """Device functions ``(to_bits, to_value)``: a value of ``dt`` as the signed integer
+    of its width, and back (floats by their bits; integers are their own bits)."""
+    env = {"B": _BITS[dt.itemsize].type, "T": dt.type}
+    view = dt.kind == "f"
+    to_bits = _codegen.build("def to_bits(v):\n    return %s\n" % ("v.view(B)" if view else "B(v)"), "to_bits", env)
+    to_value = _codegen.build("def to_value(w):\n    return %s\n" % ("w.view(T)" if view else "T(w)"),
+                              "to_value", env)
+    return to_bits, to_value
+
+
 def _index_expr(wide):
     """A non-negative index expression for ``cuda.atomic.*`` (which casts it to a signed
     intp and adds Numba's negative-index wraparound unless the sign bit is known clear)."""
@@ -328,10 +340,38 @@ def _loader(key_dt, val_dt, out_dt, wide, full=False, hint="ca"):
 # --- atomic / warp / block rows -----------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
+def _peer_slot(spec, deliver, distinct_path=True):
+    """Device function ``slot(out, bits, idx, v, ok[, table...])``: seed 001's
+    aggregation of 32 elements, one per lane. Each group of lanes holding one key is
+    reduced, and its first lane hands the total to ``deliver`` (a global update, or an
+    insert into the block's table). ``distinct_path``: a row of distinct keys (random
+    keys) takes plain updates at once (a warp-uniform branch; one vote a row, a loss
+    where rows were chosen for repeating keys: ``adaptive``'s match rows, 55.9 against
+    58.1 µs on seed 001's shifted keys). Lanes without a valid key (``ok`` False) hold
+    -1: they match no real key."""
+    find_peers = warp.peers(np.int64 if spec.wide else np.int32)
+    group_total = warp.reduce_peers(spec.op, ValueType.of(spec.out_dt))
+    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
+
+    @cuda.jit(device=True)
+    def peer_slot(out, bits, idx, v, ok, *table):
+        p = find_peers(idx)
+        lane = cuda.laneid
+        if distinct_path and cuda.all_sync(FULL_MASK, p == (1 << lane)):
+            if ok:
+                update(out, bits, idx, v)
+        else:
+            s = group_total(p, v)
+            if ok and cuda.ffs(p) - 1 == lane:
+                deliver(out, bits, idx, s, *table)
+
+    return peer_slot
+
+
+@functools.lru_cache(maxsize=None)
 def _slot(spec):
     """Device function processing one row (32 consecutive elements, one per lane) of
     ``atomic``, ``warp`` or ``block``: ``slot(out, bits, idx, v, ok[, table...])``."""
-    out_vt = ValueType.of(spec.out_dt)
     update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
     if spec.algorithm == "atomic":
         @cuda.jit(device=True)
@@ -340,29 +380,8 @@ def _slot(spec):
                 update(out, bits, idx, v)
         return atomic_slot
 
-    find_peers = warp.peers(np.int64 if spec.wide else np.int32)
-    group_total = warp.reduce_peers(spec.op, out_vt)
-
-    def by_peers(deliver):
-        """The slot of seed 001's aggregation: each group of lanes holding one key is
-        reduced, and its first lane hands the total to ``deliver`` (a global update,
-        or an insert into the block's table); a row of distinct keys (random keys)
-        takes plain updates at once (a warp-uniform branch)."""
-        @cuda.jit(device=True)
-        def peer_slot(out, bits, idx, v, ok, *table):
-            p = find_peers(idx)   # lanes without a valid key hold -1: they match no real key
-            lane = cuda.laneid
-            if cuda.all_sync(FULL_MASK, p == (1 << lane)):
-                if ok:
-                    update(out, bits, idx, v)
-            else:
-                s = group_total(p, v)
-                if ok and cuda.ffs(p) - 1 == lane:
-                    deliver(out, bits, idx, s, *table)
-        return peer_slot
-
     if spec.algorithm == "warp":
-        return by_peers(update)
+        return _peer_slot(spec, update)
 
     slots = spec.tile.slots
     mask = slots - 1
@@ -392,7 +411,7 @@ def _slot(spec):
         if not done:                # the neighbourhood is full: straight to global memory
             update(out, bits, idx, v)
 
-    return by_peers(insert)
+    return _peer_slot(spec, insert)
 
 
 # --- runs / adaptive rows -----------------------------------------------------------------
@@ -609,30 +628,16 @@ def _match_pair(spec):
     32 (``y``): lanes below 16 keep ``a`` and receive lane ``l + 16``'s ``a``; the others
     receive lane ``l - 16``'s ``b`` and keep ``b``. Each half's lanes are grouped by
     ``match_any`` and reduced per group, and each group's first lane updates ``out``:
-    one update per distinct key of 32 consecutive elements (interleaved halves, ``a``
-    apart from ``b``, would merge fewer: seed 001's shifted keys, 6.1 M updates against
-    4.7 M). Keys ``< 0`` (bad, past ``n``) update nothing."""
-    out_vt = ValueType.of(spec.out_dt)
+    one update per distinct key of 32 consecutive elements, as ``warp`` (the same
+    ``_peer_slot``; interleaved halves, ``a`` apart from ``b``, would merge fewer: seed
+    001's shifted keys, 6.1 M updates against 4.7 M). Keys ``< 0`` (bad, past ``n``)
+    update nothing."""
     it = np.int64 if spec.wide else np.int32
     vbits = _BITS[spec.out_dt.itemsize].type
     swap_key = ValueType.of(it).shuffle("xor")
-    swap_value = out_vt.shuffle("xor")
-    find_peers = warp.peers(it)
-    group_total = warp.reduce_peers(spec.op, out_vt)
-    update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
-    # a value's bits, and back (integers are their own bits)
-    view = ".view(B)" if spec.out_dt.kind == "f" else ""
-    env = {"B": vbits, "T": spec.out_dt.type}
-    to_bits = _codegen.build("def to_bits(v):\n    return B(v%s)\n" % view, "to_bits", env)
-    to_value = _codegen.build("def to_value(w):\n    return %s\n" % ("w.view(T)" if view else "T(w)"),
-                              "to_value", env)
-
-    @cuda.jit(device=True)
-    def half(out, bits, k, v):
-        p = find_peers(k)
-        s = group_total(p, v)
-        if k >= 0 and cuda.ffs(p) - 1 == cuda.laneid:
-            update(out, bits, k, s)
+    swap_value = ValueType.of(spec.out_dt).shuffle("xor")
+    half = _peer_slot(spec, _updater(spec.op, spec.out_dt, spec.mode, spec.wide), False)
+    to_bits, to_value = _bit_casts(spec.out_dt)
 
     @cuda.jit(device=True)
     def pair(out, bits, ka, va, kb, vb):
@@ -652,8 +657,8 @@ def _match_pair(spec):
         ab, rb, bb = to_bits(va), to_bits(vr), to_bits(vb)
         vx = to_value(vbits((ab & ~vm) | (rb & vm)))
         vy = to_value(vbits((rb & ~vm) | (bb & vm)))
-        half(out, bits, kx, vx)
-        half(out, bits, ky, vy)
+        half(out, bits, kx, vx, kx >= 0)
+        half(out, bits, ky, vy, ky >= 0)
 
     return pair
 
@@ -852,7 +857,7 @@ def _span_body(spec, full):
 def _value_of(spec):
     """Device function: a table word as ``out``'s dtype (floats of a CAS loop: from bits)."""
     if _bits_dtype(spec.mode, spec.out_dt) != spec.out_dt:
-        return _codegen.build("def value_of(w):\n    return w.view(T)\n", "value_of", {"T": spec.out_dt.type})
+        return _bit_casts(spec.out_dt)[1]
     return _codegen.build("def value_of(w):\n    return w\n", "value_of")
 
 
@@ -869,7 +874,7 @@ def scatter_kernel(spec):
     per_lane = LANE_ITEMS.get(spec.algorithm, 1)
     tile = nt * vt * per_lane
     span = 32 * vt * per_lane
-    body = _runs2_body if spec.algorithm in ("runs2", "adaptive") else _span_body
+    body = _runs2_body if per_lane == 2 else _span_body
     full_body = body(spec, True)
     part_body = body(spec, False)
 
