@@ -62,3 +62,54 @@ def to_host(d):
     if hasattr(d, "cpu"):            # PyTorch
         return d.cpu().numpy()
     return np.asarray(d)
+
+
+# --- what the simulator cannot see: PTX for a real GPU ------------------------------------------
+
+_SM90_PREAMBLE = r"""
+import os, re, sys
+import numpy as np
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, types
+
+class Hopper:
+    compute_capability = (9, 0)
+
+dispatcher.get_current_device = lambda: Hopper()     # device functions ask for the CC
+
+
+def compile_sm90(fn, sig):
+    # the PTX of fn for sm_90; exits printing NO-NVVM where there is no NVVM
+    try:
+        return cuda.compile_ptx(fn, sig, cc=(9, 0))[0]
+    except Exception as e:
+        if "nvvm" in (type(e).__name__ + str(e)).lower():
+            print("NO-NVVM", e)
+            sys.exit(0)
+        raise
+"""
+
+
+def run_sm90_script(script, marker, **env_extra):
+    """Run ``script`` (after a preamble defining ``compile_sm90(fn, sig) -> ptx`` and
+    ``types``, ``re``, ``np``, ``cuda``) in a subprocess without the simulator, so that
+    it compiles for sm_90 through NVVM with no GPU, and return the Python literal it
+    printed after ``marker``. Numba types integers differently from the NumPy scalars
+    the simulator computes with; the PTX shows what a GPU will run. Skips the test
+    where there is no NVVM."""
+    import subprocess
+    env = dict(os.environ, **env_extra)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _SM90_PREAMBLE + script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    error = (proc.stderr.strip().splitlines() or [""])[-1]      # the exception's message
+    if proc.returncode != 0 and ("nvvm" in error.lower() or "cudatoolkit" in error.lower()):
+        pytest.skip("no NVVM to compile PTX: " + error[:200])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if "NO-NVVM" in proc.stdout:
+        pytest.skip("no NVVM to compile PTX")
+    import ast
+    return ast.literal_eval(proc.stdout.split(marker, 1)[1].strip())

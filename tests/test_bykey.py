@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only
+from conftest import SIMULATOR, gpu_only, run_sm90_script
 
 import cufold
 from cufold.bench import bykey as BB
@@ -694,16 +694,6 @@ def test_bench_end_to_end(tmp_path):
 # --- what the simulator cannot see: Numba's integer typing ------------------------------------
 
 _PTX_SCRIPT = r"""
-import os, re, sys
-import numpy as np
-os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
-import numba.cuda.dispatcher as dispatcher
-from numba import cuda
-
-class Hopper:
-    compute_capability = (9, 0)
-
-dispatcher.get_current_device = lambda: Hopper()
 import importlib
 import cufold
 from cufold.device import _arrays, bykey as BK
@@ -715,14 +705,7 @@ def arr(dt, n=1 << 20):
 found = {}
 
 def fake_launch(fn, key, grid, nt, stream, kargs):
-    sig = tuple(R._nbtype(a) for a in kargs)
-    try:
-        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
-    except Exception as e:
-        if "nvvm" in (type(e).__name__ + str(e)).lower():
-            print("NO-NVVM", e)
-            sys.exit(0)
-        raise
+    ptx = compile_sm90(fn, tuple(R._nbtype(a) for a in kargs))
     found[key[1].algorithm, key[1].wide] = sorted(set(re.findall(r"\bclz\.b\d+", ptx)))
     with open(os.path.join(os.environ["PTX_DIR"], "%s-%d.ptx" % (key[1].algorithm, key[1].wide)), "w") as f:
         f.write(ptx)
@@ -743,22 +726,8 @@ def sm90_ptx(tmp_path_factory):
     """``({(algorithm, wide): clz instructions}, folder of the PTX files)`` of ``runs``,
     ``runs2``, ``adaptive`` and ``table`` compiled for sm_90 in a subprocess (no
     simulator); skips where there is no NVVM."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env["PTX_DIR"] = str(tmp_path_factory.mktemp("ptx"))
-    proc = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600)
-    if proc.returncode != 0 and ("nvvm" in proc.stderr.lower() or "cudatoolkit" in proc.stderr.lower()):
-        pytest.skip("no NVVM to compile PTX: " + proc.stderr.strip().splitlines()[-1][:200])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    if "NO-NVVM" in proc.stdout:
-        pytest.skip("no NVVM to compile PTX")
-    return eval(proc.stdout.split("CLZ", 1)[1].strip()), env["PTX_DIR"]
+    folder = str(tmp_path_factory.mktemp("ptx"))
+    return run_sm90_script(_PTX_SCRIPT, "CLZ", PTX_DIR=folder), folder
 
 
 def test_runs_ptx_clz_32(sm90_ptx):

@@ -181,24 +181,27 @@ def masked_reduce(op, dtype):
 
     @cuda.jit(device=True)
     def warp_masked_reduce(value, mask):
-        lane = cuda.laneid
-        below = (1 << lane) - 1
-        if ((mask >> lane) & 1) == 0:
+        # 32-bit masks throughout: Numba widens uint32 arithmetic to 64 bits, and a
+        # 64-bit popc or ffs costs more (``test_mask_arithmetic_is_32_bit``)
+        lane = np.uint32(cuda.laneid)
+        members = np.uint32(mask & FULL_MASK)
+        if (members >> lane) & np.uint32(1) == 0:
             return value
-        remaining = mask & FULL_MASK
+        below = np.uint32((np.uint32(1) << lane) - np.uint32(1))
+        higher = np.uint32(np.uint32(0xFFFFFFFE) << lane)
+        remaining = members
         while cuda.popc(remaining) > 1:
-            # Masks may be uint32 (as the intrinsics return them): clear bits
-            # with ``^ FULL_MASK``, never with ``~`` of a Python int, which is
+            # Clear bits with ``^ FULL_MASK``, never with ``~`` of a Python int, which is
             # negative (NumPy cannot mix that with a uint32 in the simulator).
-            above = remaining & (FULL_MASK ^ ((2 << lane) - 1))
+            above = np.uint32(remaining & higher)
             source = cuda.ffs(above) - 1 if above != 0 else lane
             other = shfl(mask, value, source)
-            rank = cuda.popc(remaining & below)
-            keep = ((remaining >> lane) & 1) == 1 and rank % 2 == 0
+            rank = cuda.popc(np.uint32(remaining & below))
+            keep = ((remaining >> lane) & np.uint32(1)) == 1 and rank % 2 == 0
             if keep and above != 0:
                 value = combine(value, other)
-            leaving = cuda.ballot_sync(mask, not keep)
-            remaining = remaining & (leaving ^ FULL_MASK)
+            leaving = np.uint32(cuda.ballot_sync(mask, not keep))
+            remaining = np.uint32(remaining & np.uint32(leaving ^ np.uint32(FULL_MASK)))
         return value
 
     return warp_masked_reduce
@@ -389,14 +392,16 @@ def segmented_reduce(op, dtype, width=WARP_SIZE):
     op, vt, combine, width = _setup(op, dtype, width)
     info = lane_info(width)
     down = _reduce_down(op, vt, width)
+    in_width = np.uint32((1 << width) - 1)
 
     @cuda.jit(device=True)
     def warp_segmented_reduce(value, head_flag):
         logical, mask, first, active = info()
         if not active:
             return value
-        heads = (cuda.ballot_sync(mask, head_flag) >> first) & ((1 << width) - 1)
-        after = heads & (FULL_MASK ^ ((2 << logical) - 1))  # no ~: see masked_reduce
+        # 32-bit words (see masked_reduce); no ~: see masked_reduce
+        heads = np.uint32(np.uint32(np.uint32(cuda.ballot_sync(mask, head_flag)) >> np.uint32(first)) & in_width)
+        after = np.uint32(heads & np.uint32(np.uint32(0xFFFFFFFE) << np.uint32(logical)))
         limit = cuda.ffs(after) - 1 if after != 0 else width
         return down(value, logical, mask, limit)
 
@@ -447,7 +452,7 @@ def peers(key_dtype, method="auto"):
 
     @cuda.jit(device=True)
     def ballot_peers(key):
-        unclaimed = FULL_MASK
+        unclaimed = np.uint32(FULL_MASK)      # 32-bit words: see masked_reduce
         mine = np.uint32(0)
         while unclaimed != 0:
             leader = cuda.ffs(unclaimed) - 1
@@ -455,10 +460,10 @@ def peers(key_dtype, method="auto"):
             # The leader always claims itself: a key unequal to itself (NaN)
             # would otherwise never leave ``unclaimed``, and the loop not end.
             is_peer = equal(key, theirs) or cuda.laneid == leader
-            matched = cuda.ballot_sync(FULL_MASK, is_peer)
+            matched = np.uint32(cuda.ballot_sync(FULL_MASK, is_peer))
             if is_peer:
-                mine = np.uint32(matched)
-            unclaimed = unclaimed & ~matched & FULL_MASK
+                mine = matched
+            unclaimed = np.uint32(unclaimed & np.uint32(matched ^ np.uint32(FULL_MASK)))
         return mine
 
     return ballot_peers
