@@ -95,13 +95,15 @@ def updates(keys, algorithm, vt=4, nt=256, runs_max=16):
     direct = count == width
     by_runs = (count <= runs_max * width // 32) & ~direct
     if algorithm in ("warp", "adaptive"):
+        def distinct(r):                                  # distinct keys in each row of r
+            return 1 + (np.diff(np.sort(r, axis=1), axis=1) != 0).sum(1)
         if algorithm == "warp":
-            return int((1 + (np.diff(np.sort(rows, axis=1), axis=1) != 0).sum(1)).sum())
+            return int(distinct(rows).sum())
         # adaptive: each half of a row of 64 grouped apart
-        distinct = sum(1 + (np.diff(np.sort(h, axis=1), axis=1) != 0).sum(1) for h in (rows[:, :32], rows[:, 32:]))
+        groups = distinct(rows[:, :32]) + distinct(rows[:, 32:])
         other = ~direct & ~by_runs
         # a run continued from a runs row into a non-runs row (or the reverse) is split
-        return int(count[direct].sum() + count[by_runs].sum() + distinct[other].sum())
+        return int(count[direct].sum() + count[by_runs].sum() + groups[other].sum())
     # table: the distinct keys of the tile's table rows
     other = ~direct & ~by_runs
     tile_rows = nt * vt // 32
@@ -212,12 +214,10 @@ def compile_only(args):
     sm_90: the simulator never type-checks. Kernels go through ``bykey.run`` with a
     launcher that compiles instead."""
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
-    import numba.cuda.dispatcher as dispatcher
     from numba import cuda
 
-    class Hopper:
-        compute_capability = (9, 0)
-    dispatcher.get_current_device = lambda: Hopper()     # device functions ask for the CC
+    from sm90 import pretend_sm90
+    pretend_sm90()
     import cufold
     from cufold.device import _arrays, bykey as BK
     import importlib

@@ -46,6 +46,32 @@ def _check_width(width):
     return int(width)
 
 
+# --- lane masks, in 32-bit words ----------------------------------------------------------
+# Numba widens uint32 arithmetic (and Python ints) to 64 bits, and a 64-bit popc, ffs or
+# clz costs several instructions where a 32-bit one costs one (masked_reduce ran 1.6x
+# slower so on an H200): the mask loops below build their masks with these
+# (``test_mask_arithmetic_is_32_bit`` reads the PTX). Bits are cleared with ``^``, never
+# with ``~`` of a Python int, which is negative (NumPy cannot mix that with a uint32 in
+# the simulator).
+
+@cuda.jit(device=True)
+def _lanes_below(lane):
+    """Lanes ``0 .. lane - 1``."""
+    return np.uint32((np.uint32(1) << np.uint32(lane)) - np.uint32(1))
+
+
+@cuda.jit(device=True)
+def _lanes_above(lane):
+    """Lanes ``lane + 1 .. 31``."""
+    return np.uint32(np.uint32(0xFFFFFFFE) << np.uint32(lane))
+
+
+@cuda.jit(device=True)
+def _clear(mask, bits):
+    """``mask`` without ``bits``."""
+    return np.uint32(np.uint32(mask) & np.uint32(np.uint32(bits) ^ np.uint32(FULL_MASK)))
+
+
 def _setup(op, dtype, width=WARP_SIZE):
     op = as_op(op)
     vt = ValueType.of(dtype)
@@ -181,18 +207,14 @@ def masked_reduce(op, dtype):
 
     @cuda.jit(device=True)
     def warp_masked_reduce(value, mask):
-        # 32-bit masks throughout: Numba widens uint32 arithmetic to 64 bits, and a
-        # 64-bit popc or ffs costs more (``test_mask_arithmetic_is_32_bit``)
         lane = np.uint32(cuda.laneid)
-        members = np.uint32(mask & FULL_MASK)
+        members = np.uint32(mask & FULL_MASK)          # 32-bit masks: see _lanes_below
         if (members >> lane) & np.uint32(1) == 0:
             return value
-        below = np.uint32((np.uint32(1) << lane) - np.uint32(1))
-        higher = np.uint32(np.uint32(0xFFFFFFFE) << lane)
+        below = _lanes_below(lane)
+        higher = _lanes_above(lane)
         remaining = members
         while cuda.popc(remaining) > 1:
-            # Clear bits with ``^ FULL_MASK``, never with ``~`` of a Python int, which is
-            # negative (NumPy cannot mix that with a uint32 in the simulator).
             above = np.uint32(remaining & higher)
             source = cuda.ffs(above) - 1 if above != 0 else lane
             other = shfl(mask, value, source)
@@ -200,8 +222,7 @@ def masked_reduce(op, dtype):
             keep = ((remaining >> lane) & np.uint32(1)) == 1 and rank % 2 == 0
             if keep and above != 0:
                 value = combine(value, other)
-            leaving = np.uint32(cuda.ballot_sync(mask, not keep))
-            remaining = np.uint32(remaining & np.uint32(leaving ^ np.uint32(FULL_MASK)))
+            remaining = _clear(remaining, cuda.ballot_sync(mask, not keep))
         return value
 
     return warp_masked_reduce
@@ -399,9 +420,8 @@ def segmented_reduce(op, dtype, width=WARP_SIZE):
         logical, mask, first, active = info()
         if not active:
             return value
-        # 32-bit words (see masked_reduce); no ~: see masked_reduce
         heads = np.uint32(np.uint32(np.uint32(cuda.ballot_sync(mask, head_flag)) >> np.uint32(first)) & in_width)
-        after = np.uint32(heads & np.uint32(np.uint32(0xFFFFFFFE) << np.uint32(logical)))
+        after = np.uint32(heads & _lanes_above(logical))      # 32-bit masks: see _lanes_below
         limit = cuda.ffs(after) - 1 if after != 0 else width
         return down(value, logical, mask, limit)
 
@@ -452,7 +472,7 @@ def peers(key_dtype, method="auto"):
 
     @cuda.jit(device=True)
     def ballot_peers(key):
-        unclaimed = np.uint32(FULL_MASK)      # 32-bit words: see masked_reduce
+        unclaimed = np.uint32(FULL_MASK)      # 32-bit masks: see _lanes_below
         mine = np.uint32(0)
         while unclaimed != 0:
             leader = cuda.ffs(unclaimed) - 1
@@ -463,7 +483,7 @@ def peers(key_dtype, method="auto"):
             matched = np.uint32(cuda.ballot_sync(FULL_MASK, is_peer))
             if is_peer:
                 mine = matched
-            unclaimed = np.uint32(unclaimed & np.uint32(matched ^ np.uint32(FULL_MASK)))
+            unclaimed = _clear(unclaimed, matched)
         return mine
 
     return ballot_peers
@@ -506,21 +526,18 @@ def reduce_peers(op, dtype):
 
     @cuda.jit(device=True)
     def warp_reduce_peers(peer_mask, value):
-        # 32-bit masks throughout: Numba widens uint32 operations to 64 bits, and a
-        # 64-bit ``ffs`` costs a 64-bit ``clz`` and more
         lane = np.uint32(cuda.laneid)
-        peers = np.uint32(peer_mask)
-        rank = cuda.popc(np.uint32(peers & np.uint32((np.uint32(1) << lane) - np.uint32(1))))
+        peers = np.uint32(peer_mask)                  # 32-bit masks: see _lanes_below
+        rank = cuda.popc(np.uint32(peers & _lanes_below(lane)))
         # The peers above me that have not yet been folded away.
-        pending = np.uint32(peers & np.uint32(np.uint32(0xFFFFFFFE) << lane))
+        pending = np.uint32(peers & _lanes_above(lane))
         while cuda.any_sync(FULL_MASK, pending != 0):
             source = cuda.ffs(pending)
             other = shfl(FULL_MASK, value, source - 1)
             if source != 0:
                 value = combine(value, other)
             # Lanes at odd relative positions have been read for the last time.
-            done = np.uint32(cuda.ballot_sync(FULL_MASK, (rank & 1) == 1))
-            pending = np.uint32(pending & np.uint32(done ^ np.uint32(FULL_MASK)))  # no ~: see masked_reduce
+            pending = _clear(pending, cuda.ballot_sync(FULL_MASK, (rank & 1) == 1))
             rank >>= 1
         return value
 
