@@ -147,17 +147,30 @@ def test_histogram_uniform(dtype, algorithm, rng):
         assert c.dtype == np.int64 and np.array_equal(c, rc), (bins, range_)
 
 
-def test_histogram_values_on_edges(rng):
-    """Values exactly on the edges (and one ulp around them): NumPy's bin each time;
-    the last edge is in the last bin; outside the range and NaN are skipped."""
-    for dt in (np.float32, np.float64):
-        _, edges = np.histogram(np.zeros(0, dt), 10, range=(-1.0, 0.7))
-        x = np.concatenate([edges, np.nextafter(edges, np.inf, dtype=dt),
-                            np.nextafter(edges, -np.inf, dtype=dt), [np.nan, -5, 5, np.inf, -np.inf]])
-        x = np.tile(x.astype(dt), 4)
-        c, e = host(H.histogram(dev(x), 10, range=(-1.0, 0.7)))
-        rc, re = np.histogram(x, 10, range=(-1.0, 0.7))
-        assert np.array_equal(e, re) and np.array_equal(c, rc), dt
+@pytest.mark.parametrize("dt, bins, range_", ((np.float32, 10, (-1.0, 0.7)), (np.float64, 10, (-1.0, 0.7)),
+                                             (np.float32, 997, (-1.0, 0.7)), (np.float32, 70001, (-1.0, 0.7)),
+                                             (np.float32, 64, (1000.0, 1000.5)), (np.float16, 9, (-3, 2))),
+                         ids=str)
+def test_histogram_values_on_edges(dt, bins, range_, rng):
+    """Values exactly on the edges (and 1 to 64 ulps off them): NumPy's bin each time;
+    the last edge is in the last bin; outside the range and NaN are skipped; many
+    bins, a range far from zero, and float16 (edges rounded coarsely) too."""
+    _, edges = np.histogram(np.zeros(0, dt), bins, range=range_)
+    if edges.size > 200:                               # a sample of them, both ends kept
+        edges = np.concatenate([edges[:2], rng.choice(edges, 196), edges[-2:]])
+    near = [edges]
+    for direction in (np.inf, -np.inf):                # 1, 2, 3, 8 and 64 ulps off each edge
+        e = edges.astype(dt)
+        for k in range(1, 65):
+            e = np.nextafter(e, dt(direction))
+            if k in (1, 2, 3, 8, 64):
+                near.append(e)
+    x = np.concatenate(near + [np.array([np.nan, -5, 5, np.inf, -np.inf])])
+    x = np.tile(x.astype(dt), 2)
+    x = np.concatenate([x, rng.uniform(*range_, 4000).astype(dt)])       # away from the edges
+    c, e = host(H.histogram(dev(x), bins, range=range_))
+    rc, re = np.histogram(x, bins, range=range_)
+    assert np.array_equal(e, re) and np.array_equal(c, rc), dt
 
 
 @pytest.mark.parametrize("algorithm", ALGS)
@@ -194,12 +207,20 @@ def test_histogram_many_bins(rng):
         assert np.array_equal(c, rc) and np.array_equal(e, re)
 
 
-def test_histogram_repeated_range_uses_cached_edges(rng):
+def test_histogram_repeated_range_uses_cached_edges(rng, monkeypatch):
+    """A (bins, range, dtype) seen before takes its edges from the cache (NumPy is
+    not asked again), and each call still returns its own edges array."""
     x = rng.random(N)
-    for _ in range(2):
-        c, e = host(H.histogram(dev(x), 12, range=(0.25, 0.75)))
-        rc, re = np.histogram(x, 12, range=(0.25, 0.75))
-        assert np.array_equal(c, rc) and np.array_equal(e, re)
+    rc, re = np.histogram(x, 12, range=(0.25, 0.75))
+    c, e = H.histogram(dev(x), 12, range=(0.25, 0.75))
+    assert np.array_equal(host(c), rc) and np.array_equal(host(e), re)
+    e[:] = dev(np.full(13, -7.0))                      # the caller owns what it got
+
+    def not_again(*a, **k):
+        raise AssertionError("edges recomputed for a cached (bins, range)")
+    monkeypatch.setattr(H.np, "histogram_bin_edges", not_again)
+    c, e = host(H.histogram(dev(x), 12, range=(0.25, 0.75)))
+    assert np.array_equal(c, rc) and np.array_equal(e, re)
 
 
 # --- histogram: edge arrays, weights, empty, errors ------------------------------------------------------

@@ -11,6 +11,7 @@ a call's host time.
 import importlib
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -34,7 +35,8 @@ _launch.DIRECT = False  # bound launches take the Kernel.launch fallback, stubbe
 _ws = _arrays.Arr(0x7400_0000, (1 << 24,), (1,), np.dtype(np.uint8), 1 << 24, "torch", None, 0)
 _launch.workspace = lambda dev, stream, nbytes: (_ws.ptr, _ws)
 _flags = _arrays.Arr(0x7500_0000, (4096,), (1,), np.dtype(np.uint32), 4096, "torch", None, 0)
-S._look_back_state = lambda dev, stream, tiles: (_flags, _flags, np.uint32(4))
+_state = types.SimpleNamespace(counter=_flags, flags=(_flags, _flags), words=(_flags, _flags))
+S._look_back_state = lambda dev, stream, tiles: (_state, np.uint32(4))
 R._counters[(0, 0)] = _flags
 R._resident_blocks = lambda dev, nt: 1056
 

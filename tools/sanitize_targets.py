@@ -64,6 +64,14 @@ m2 = rng.integers(-9, 9, (301, 257)).astype(np.int32)
 dm = cuda.to_device(m2)
 check("axis rows", cufold.sum(dm, axis=1).copy_to_host(), m2.sum(axis=1))
 check("axis columns", cufold.sum(dm, axis=0).copy_to_host(), m2.sum(axis=0))
+xb = np.abs(x) % 300
+for alg in cufold.algorithms("histogram"):
+    check("bincount %s" % alg, cufold.bincount(cuda.to_device(xb), algorithm=alg).copy_to_host(), np.bincount(xb))
+    for bins in (64, 1000):
+        c, e = cufold.histogram(df, bins, range=(-2.0, 2.0), algorithm=alg)
+        check("histogram %s %d bins" % (alg, bins), c.copy_to_host(), np.histogram(xf, bins, range=(-2.0, 2.0))[0])
+edges = np.sort(rng.normal(size=33))
+check("histogram edge array", cufold.histogram(df, edges)[0].copy_to_host(), np.histogram(xf, edges)[0])
 cuda.synchronize()
 print("FAILURES: %d" % failures)
 sys.exit(1 if failures else 0)
