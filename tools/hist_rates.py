@@ -18,7 +18,6 @@ Times are CUDA-event medians of back-to-back calls (GPU time), checked against N
 """
 import argparse
 import importlib
-import statistics
 import time
 
 import numpy as np
@@ -27,6 +26,7 @@ from numba import cuda, int32, uint16
 
 import cufold
 from cufold.device import _arrays
+from gpu_timing import gpu_us
 
 H = importlib.import_module("cufold.device.histogram")
 NT, VT = 256, 8
@@ -77,20 +77,6 @@ def floor_kernel(kind, bins):
     return k
 
 
-def gpu_time(call, reps=20):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    r = []
-    for _ in range(3):
-        torch.cuda._sleep(20_000_000)
-        s.record()
-        for _ in range(reps):
-            call()
-        e.record()
-        torch.cuda.synchronize()
-        r.append(s.elapsed_time(e) * 1e3 / reps)
-    return statistics.median(r)
-
-
 def host_time(call, calls=300):
     for _ in range(20):
         call()
@@ -130,7 +116,7 @@ def main():
             f = lambda: k[grid, NT, st](cuda.as_cuda_array(x), n, cuda.as_cuda_array(out))
             out.zero_(); f(); torch.cuda.synchronize()
             ok = kind == 0 or np.array_equal(out.cpu().numpy(), ref)
-            print("floor %-8s 64 bins, grid %4d   %8.1f %s" % (name, grid, gpu_time(f), "" if ok else "WRONG"))
+            print("floor %-8s 64 bins, grid %4d   %8.1f %s" % (name, grid, gpu_us(f), "" if ok else "WRONG"))
 
     print("%-26s" % "cufold._count" + "".join("%14s" % alg for alg in H.ALGORITHMS))
     for mode in ("int", "uniform"):
@@ -158,7 +144,7 @@ def main():
                     f = lambda: H._count(mode, xa, None, n, oa, bins, edges, first, norm, first, last, alg, h, 0)
                     f(); torch.cuda.synchronize()
                     ok = np.array_equal(o.cpu().numpy(), ref)
-                    cells.append("%12.1f%s" % (gpu_time(f, 10), "  " if ok else " !"))
+                    cells.append("%12.1f%s" % (gpu_us(f, 10), "  " if ok else " !"))
                 print("%-26s" % ("%s %d %s" % (mode, bins, dist)) + "".join(cells), flush=True)
 
     xf = torch.rand(1 << 20, device="cuda") * 2 - 1

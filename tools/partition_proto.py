@@ -1,30 +1,32 @@
 """Prototype: reduce by key through a partition by key range (session 11 experiment).
 
-Pass 1 (``split``): each block takes a tile, counts its keys per bucket of ``2^shift``
-consecutive keys in shared memory, reserves room in each bucket's slab of the workspace
-(one global atomic per bucket per tile), stages the tile in shared memory by bucket and
-writes it out as runs: per element a uint16 offset in the bucket and the value. A bucket
-slab that is full sends the rest straight to ``out`` by atomics (still correct).
-Pass 2 (``merge``): a block per bucket adds its slab into a shared window of ``2^shift``
-float64 and adds the window to ``out`` (consecutive lanes, consecutive cells), then
-zeroes the bucket's cursor for the next call.
+Buckets are ``2^shift`` consecutive keys. Pass 1 (``split``): each block takes a tile,
+ranks its keys per bucket with shared-memory counts, stages the tile in shared memory by
+bucket and writes it out as runs, per element a uint16 offset in the bucket and the
+value. Pass 2 (``merge``): a block per bucket adds its pairs into a shared window of
+``2^shift`` float64 and adds the window to ``out`` (consecutive lanes, consecutive cells).
 
-``--chunk C`` runs the pair of passes per chunk of C elements so the workspace can stay
-in L2. Configs starting ``c:`` (``c:NTxVT:shift:merge_threads``) replace the cursors by a
-count pass and a scan of the per-tile bucket counts (``count``, ``split2``, ``merge2``:
-the workspace is exactly n, no global atomics in the split). Prints us per call against
-cupyx.scatter_add in the same run, and the passes apart.
+Where a tile's runs go, two ways (``--configs``, comma-separated):
 
-H200 results (session 11, docs/performance.md): random keys take 530 us with cursors (the
-cursor atomics alone ~250 us) and 224 us counted (count 33, scan 12, split 127, merge 49),
-against cupyx's 112 us. Not in the library.
+- ``cursor:NTxVT:shift:merge_threads[:chunk]``: each bucket has a slab of ``cap`` slots
+  and a cursor; a tile reserves its run by one global atomic per bucket, a full slab
+  sends the rest straight to ``out`` (still correct), and the merge zeroes the cursors
+  for the next call. ``chunk`` > 0 runs both passes per chunk of that many elements, so
+  the workspace could stay in L2.
+- ``counted:NTxVT:shift:merge_threads``: a count pass writes the per-tile bucket counts
+  (bucket-major) and a scan of them gives every run its place: the workspace is exactly
+  n, no atomics in the split.
 
-    PYTHONPATH=$PWD/.site:$PWD/src python3 tools/partition_proto.py --orders random \
-        --configs c:256x8:12:1024
+Prints us per call against cupyx.scatter_add in the same run, and the passes apart.
+H200 results (session 11, docs/performance.md): random keys take 328 us with cursors and
+221-224 us counted (count 33, scan 12, split 123-127, merge 49), against cupyx's 112 us.
+Not in the library.
+
+    PYTHONPATH=$PWD/.site:$PWD/src python3 tools/partition_proto.py --orders random \\
+        --configs counted:256x8:12:1024
 """
 
 import argparse
-import statistics
 import sys
 
 import numpy as np
@@ -33,43 +35,61 @@ from numba import cuda, float64, int32, uint16
 NB_MAX = 1024
 
 
-def make_split(NT, VT, hint, mode=0):
-    """mode (ablation): 0 all; 1 no cursor atomics; 2 and no write-out; 3 and no staging."""
+def make_count(NT, VT):
+    """``count(keys, n, shift, nb, ntiles, counts)``: ``counts[b * ntiles + tile]``."""
     T = NT * VT
 
     @cuda.jit
-    def split(keys, values, start, stop, shift, nb, cap, cursor, ws_off, ws_val, out):
+    def count(keys, n, shift, nb, ntiles, counts):
         s_count = cuda.shared.array(NB_MAX, int32)
-        s_base = cuda.shared.array(NB_MAX, int32)
-        s_glob = cuda.shared.array(NB_MAX, int32)
-        s_key = cuda.shared.array(T, int32)
-        s_val = cuda.shared.array(T, float64)
         tid = cuda.threadIdx.x
+        t = cuda.blockIdx.x
         for b in range(tid, nb, NT):
             s_count[b] = 0
         cuda.syncthreads()
-        base = start + cuda.blockIdx.x * T
+        for j in range(VT):
+            i = t * T + j * NT + tid
+            if i < n:
+                cuda.atomic.add(s_count, cuda.ldcs(keys, i) >> shift, 1)
+        cuda.syncthreads()
+        for b in range(tid, nb, NT):
+            counts[b * ntiles + t] = s_count[b]
+    return count
+
+
+def make_split(NT, VT, counted):
+    """``split(keys, values, start, stop, shift, nb, ntiles, cap, places, ws_off, ws_val,
+    out)``; ``places``: the scanned counts (``counted``) or the buckets' cursors."""
+    T = NT * VT
+
+    @cuda.jit
+    def split(keys, values, start, stop, shift, nb, ntiles, cap, places, ws_off, ws_val, out):
+        s_count = cuda.shared.array(NB_MAX, int32)
+        s_base = cuda.shared.array(NB_MAX, int32)      # the bucket's run within the tile
+        s_glob = cuda.shared.array(NB_MAX, int32)      # ... and in the workspace
+        s_key = cuda.shared.array(T, int32)
+        s_val = cuda.shared.array(T, float64)
+        tid = cuda.threadIdx.x
+        t = cuda.blockIdx.x
+        for b in range(tid, nb, NT):
+            s_count[b] = 0
+            if counted:
+                s_glob[b] = places[b * ntiles + t]
+        cuda.syncthreads()
+        base = start + t * T
         ks = cuda.local.array(VT, int32)
         vs = cuda.local.array(VT, float64)
         rs = cuda.local.array(VT, int32)
         for j in range(VT):
             i = base + j * NT + tid
             if i < stop:
-                if hint:
-                    k = cuda.ldcs(keys, i)
-                    v = cuda.ldcs(values, i)
-                else:
-                    k = keys[i]
-                    v = values[i]
-                ks[j] = k
-                vs[j] = v
+                ks[j] = cuda.ldcs(keys, i)
+                vs[j] = cuda.ldcs(values, i)
         for j in range(VT):
-            i = base + j * NT + tid
-            if i < stop:
+            if base + j * NT + tid < stop:
                 rs[j] = cuda.atomic.add(s_count, ks[j] >> shift, 1)
         cuda.syncthreads()
-        # exclusive scan of the counts by warp 0; reserve each bucket's run
-        if tid < 32:
+        if tid < 32:                                   # exclusive scan of the counts, warp 0
             per = (nb + 31) // 32
             lo = tid * per
             hi = min(lo + per, nb)
@@ -85,57 +105,53 @@ def make_split(NT, VT, hint, mode=0):
             for b in range(lo, hi):
                 c = s_count[b]
                 s_base[b] = run
-                if c > 0:
-                    if mode == 0:
-                        s_glob[b] = cuda.atomic.add(cursor, b, c)
-                    else:
-                        s_glob[b] = (cuda.blockIdx.x * 16) % (cap - T)
+                if not counted and c > 0:
+                    s_glob[b] = b * cap + cuda.atomic.add(places, b, c)
                 run += c
         cuda.syncthreads()
-        if mode == 3:
-            return
         for j in range(VT):
-            i = base + j * NT + tid
-            if i < stop:
+            if base + j * NT + tid < stop:
                 p = s_base[ks[j] >> shift] + rs[j]
                 s_key[p] = ks[j]
                 s_val[p] = vs[j]
         cuda.syncthreads()
-        if mode == 2:
-            return
-        total = min(T, stop - base)
         mask = (1 << shift) - 1
         for j in range(VT):
             p = j * NT + tid
-            if p < total:
+            if p < min(T, stop - base):
                 k = s_key[p]
                 b = k >> shift
                 g = s_glob[b] + (p - s_base[b])
-                if g < cap:
-                    ws_off[b * cap + g] = uint16(k & mask)
-                    ws_val[b * cap + g] = s_val[p]
-                else:
+                if counted or g < (b + 1) * cap:
+                    ws_off[g] = uint16(k & mask)
+                    ws_val[g] = s_val[p]
+                else:                                  # the bucket's slab is full
                     cuda.atomic.add(out, k, s_val[p])
     return split
 
 
-def make_merge(NT, W):
+def make_merge(NT, W, counted):
+    """``merge(places, ntiles, n, cap, ws_off, ws_val, out, m)``: bucket ``blockIdx.x``."""
     @cuda.jit
-    def merge(cursor, cap, ws_off, ws_val, out, m):
+    def merge(places, ntiles, n, cap, ws_off, ws_val, out, m):
         win = cuda.shared.array(W, float64)
         tid = cuda.threadIdx.x
         b = cuda.blockIdx.x
-        cnt = min(cursor[b], cap)
-        if cnt == 0:
+        if counted:
+            lo = places[b * ntiles]
+            hi = places[(b + 1) * ntiles] if (b + 1) * ntiles < places.size else n
+        else:
+            lo = b * cap
+            hi = lo + min(places[b], cap)
+        if lo == hi:
             return
         for s in range(tid, W, NT):
-            win[s] = -0.0
+            win[s] = -0.0                              # x + -0.0 == x for every x
         cuda.syncthreads()
-        if tid == 0:
-            cursor[b] = 0
-        row = b * cap
-        for i in range(tid, cnt, NT):
-            cuda.atomic.add(win, int32(ws_off[row + i]), ws_val[row + i])
+        if not counted and tid == 0:
+            places[b] = 0                              # the cursor, for the next call
+        for i in range(lo + tid, hi, NT):
+            cuda.atomic.add(win, int32(ws_off[i]), cuda.ldcs(ws_val, i))
         cuda.syncthreads()
         for s in range(tid, W, NT):
             c = b * W + s
@@ -145,186 +161,64 @@ def make_merge(NT, W):
     return merge
 
 
-def make_count(NT, VT):
-    T = NT * VT
+def partition(cfg, torch, n, m):
+    """``passes(keys, values, out) -> {pass name: call}`` of one config (int32 keys,
+    float64 values and out, torch tensors); calling them in order adds into ``out``."""
+    fields = cfg.split(":")
+    kind, (NT, VT), shift, NT2 = fields[0], map(int, fields[1].split("x")), int(fields[2]), int(fields[3])
+    counted = kind == "counted"
+    chunk = n if counted or len(fields) < 5 or int(fields[4]) == 0 else int(fields[4])
+    W, T = 1 << shift, NT * VT
+    nb = -(-m // W)
+    assert nb <= NB_MAX
+    cap = n if counted else int(min(chunk, n) / nb * 1.15) + 4096
+    count_k, split, merge = make_count(NT, VT), make_split(NT, VT, counted), make_merge(NT2, W, counted)
+    ws_off = torch.empty(n if counted else nb * cap, dtype=torch.int16, device="cuda")
+    ws_val = torch.empty(ws_off.numel(), dtype=torch.float64, device="cuda")
+    ntiles = -(-n // T)
+    counts = torch.zeros(nb * ntiles if counted else 1, dtype=torch.int32, device="cuda")
+    places = torch.zeros(nb * ntiles if counted else nb, dtype=torch.int32, device="cuda")
+    st = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    wo, wv, dp = cuda.as_cuda_array(ws_off).view(np.uint16), cuda.as_cuda_array(ws_val), cuda.as_cuda_array(places)
 
-    @cuda.jit
-    def count(keys, n, shift, nb, ntiles, counts):
-        s_count = cuda.shared.array(NB_MAX, int32)
-        tid = cuda.threadIdx.x
-        t = cuda.blockIdx.x
-        for b in range(tid, nb, NT):
-            s_count[b] = 0
-        cuda.syncthreads()
-        base = t * T
-        for j in range(VT):
-            i = base + j * NT + tid
-            if i < n:
-                cuda.atomic.add(s_count, cuda.ldcs(keys, i) >> shift, 1)
-        cuda.syncthreads()
-        for b in range(tid, nb, NT):
-            counts[b * ntiles + t] = s_count[b]
-    return count
+    def passes(keys, values, out):
+        dk, dv, do = cuda.as_cuda_array(keys), cuda.as_cuda_array(values), cuda.as_cuda_array(out)
 
+        def count():
+            count_k[ntiles, NT, st](dk, n, shift, nb, ntiles, cuda.as_cuda_array(counts))
 
-def make_split2(NT, VT):
-    """split at offsets from a scan of the counts: no cursors, the workspace exactly n."""
-    T = NT * VT
+        def scan():
+            torch.cumsum(counts, 0, out=places)
+            places.sub_(counts)
 
-    @cuda.jit
-    def split2(keys, values, n, shift, nb, ntiles, offsets, ws_off, ws_val):
-        s_count = cuda.shared.array(NB_MAX, int32)
-        s_base = cuda.shared.array(NB_MAX, int32)
-        s_glob = cuda.shared.array(NB_MAX, int32)
-        s_key = cuda.shared.array(T, int32)
-        s_val = cuda.shared.array(T, float64)
-        tid = cuda.threadIdx.x
-        t = cuda.blockIdx.x
-        for b in range(tid, nb, NT):
-            s_count[b] = 0
-            s_glob[b] = offsets[b * ntiles + t]
-        cuda.syncthreads()
-        base = t * T
-        ks = cuda.local.array(VT, int32)
-        vs = cuda.local.array(VT, float64)
-        rs = cuda.local.array(VT, int32)
-        for j in range(VT):
-            i = base + j * NT + tid
-            if i < n:
-                ks[j] = cuda.ldcs(keys, i)
-                vs[j] = cuda.ldcs(values, i)
-        for j in range(VT):
-            i = base + j * NT + tid
-            if i < n:
-                rs[j] = cuda.atomic.add(s_count, ks[j] >> shift, 1)
-        cuda.syncthreads()
-        if tid < 32:
-            per = (nb + 31) // 32
-            lo = tid * per
-            hi = min(lo + per, nb)
-            s = 0
-            for b in range(lo, hi):
-                s += s_count[b]
-            incl = s
-            for d in (1, 2, 4, 8, 16):
-                o = cuda.shfl_up_sync(0xFFFFFFFF, incl, d)
-                if tid >= d:
-                    incl += o
-            run = incl - s
-            for b in range(lo, hi):
-                s_base[b] = run
-                run += s_count[b]
-        cuda.syncthreads()
-        for j in range(VT):
-            i = base + j * NT + tid
-            if i < n:
-                p = s_base[ks[j] >> shift] + rs[j]
-                s_key[p] = ks[j]
-                s_val[p] = vs[j]
-        cuda.syncthreads()
-        total = min(T, n - base)
-        mask = (1 << shift) - 1
-        for j in range(VT):
-            p = j * NT + tid
-            if p < total:
-                k = s_key[p]
-                b = k >> shift
-                g = s_glob[b] + (p - s_base[b])
-                ws_off[g] = uint16(k & mask)
-                ws_val[g] = s_val[p]
-    return split2
+        def split_all():
+            for s0 in range(0, n, chunk):
+                s1 = min(s0 + chunk, n)
+                split[-(-(s1 - s0) // T), NT, st](dk, dv, s0, s1, shift, nb, ntiles, cap, dp, wo, wv, do)
+                if not counted and s1 < n:
+                    merge[nb, NT2, st](dp, ntiles, n, cap, wo, wv, do, m)
 
-
-def make_merge2(NT, W):
-    @cuda.jit
-    def merge2(offsets, ntiles, n, ws_off, ws_val, out, m):
-        win = cuda.shared.array(W, float64)
-        tid = cuda.threadIdx.x
-        b = cuda.blockIdx.x
-        lo = offsets[b * ntiles]
-        hi = offsets[(b + 1) * ntiles] if (b + 1) * ntiles < offsets.size else n
-        if lo == hi:
-            return
-        for s in range(tid, W, NT):
-            win[s] = -0.0
-        cuda.syncthreads()
-        for i in range(lo + tid, hi, NT):
-            cuda.atomic.add(win, int32(ws_off[i]), cuda.ldcs(ws_val, i))
-        cuda.syncthreads()
-        for s in range(tid, W, NT):
-            c = b * W + s
-            v = win[s]
-            if c < m and v != 0.0:
-                cuda.atomic.add(out, c, v)
-    return merge2
-
-
-def gpu_time(torch, call, reps, batches=3):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(batches):
-        torch.cuda._sleep(20_000_000)
-        start.record()
-        for _ in range(reps):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(out)
-
-
-def run_counted(cfg, torch, cupy, dk_all, n, m, ref, tp, order, reps, nstream):
-    keys, values, out = dk_all
-    _, tile, shift, NT2 = cfg.split(":")
-    NT, VT = map(int, tile.split("x"))
-    shift, NT2 = int(shift), int(NT2)
-    W = 1 << shift
-    nb = (m + W - 1) // W
-    T = NT * VT
-    ntiles = (n + T - 1) // T
-    count, split2, merge2 = make_count(NT, VT), make_split2(NT, VT), make_merge2(NT2, W)
-    counts_t = torch.zeros(nb * ntiles, dtype=torch.int32, device="cuda")
-    offs_t = torch.zeros(nb * ntiles, dtype=torch.int32, device="cuda")
-    ws_off = cuda.device_array(n, np.uint16, stream=nstream)
-    ws_val = cuda.device_array(n, np.float64, stream=nstream)
-    dk, dv, do = cuda.as_cuda_array(keys), cuda.as_cuda_array(values), cuda.as_cuda_array(out)
-    dc, dof = cuda.as_cuda_array(counts_t), cuda.as_cuda_array(offs_t)
-
-    def k1():
-        count[ntiles, NT, nstream](dk, n, shift, nb, ntiles, dc)
-
-    def k2():
-        torch.cumsum(counts_t, 0, out=offs_t)
-        offs_t.sub_(counts_t)
-
-    def k3():
-        split2[ntiles, NT, nstream](dk, dv, n, shift, nb, ntiles, dof, ws_off, ws_val)
-
-    def k4():
-        merge2[nb, NT2, nstream](dof, ntiles, n, ws_off, ws_val, do, m)
-
-    def call():
-        k1(); k2(); k3(); k4()
-    out.zero_(); call(); torch.cuda.synchronize()
-    ok = np.allclose(out.cpu().numpy(), ref)
-    t = gpu_time(torch, call, reps)
-    parts = [gpu_time(torch, f, reps) for f in (k1, k2, k3, k4)]
-    print("%-8s counted %-30s %8.1f us  %.2fx %s  [count %.1f, scan %.1f, split %.1f, merge %.1f]"
-          % (order, cfg, t, tp / t, "" if ok else "WRONG", *parts))
+        def merge_last():
+            merge[nb, NT2, st](dp, ntiles, n, cap, wo, wv, do, m)
+        steps = {"count": count, "scan": scan} if counted else {}
+        steps.update(split=split_all, merge=merge_last)
+        return steps
+    return passes
 
 
 def main():
     import torch
-    from cufold.bench.bykey import box_keys, box_values
     import cupy
     import cupyx
+    from cufold.bench.bykey import box_keys, box_values
+    from gpu_timing import gpu_us
     p = argparse.ArgumentParser()
-    p.add_argument("--configs", default="256x8:12:1024:0,256x8:12:1024:2000000,256x8:11:512:0,512x4:12:1024:0")
+    p.add_argument("--configs", default="cursor:256x8:12:1024,cursor:256x8:12:1024:2000000,counted:256x8:12:1024,"
+                                        "counted:128x16:12:1024")
     p.add_argument("--orders", default="random,shifted,ordered")
     p.add_argument("--reps", type=int, default=20)
     a = p.parse_args()
     side, m = 100, 100 ** 3
-    nstream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
     print(torch.cuda.get_device_name())
     for order in a.orders.split(","):
         kh = box_keys(side, 10, order, 12345).astype(np.int32)
@@ -334,48 +228,30 @@ def main():
         keys = torch.as_tensor(kh, device="cuda")
         values = torch.as_tensor(vh, device="cuda")
         out = torch.zeros(m, dtype=torch.float64, device="cuda")
+
+        def checked(call):
+            out.zero_()
+            call()
+            torch.cuda.synchronize()
+            return np.allclose(out.cpu().numpy(), ref)
         ck, cv, co = cupy.asarray(keys), cupy.asarray(values), cupy.asarray(out)
         peer = lambda: cupyx.scatter_add(co, ck, cv)
-        out.zero_(); peer(); torch.cuda.synchronize()
-        okp = np.allclose(out.cpu().numpy(), ref)
-        tp = gpu_time(torch, peer, a.reps)
-        print("%-8s cupyx.scatter_add %8.1f us %s" % (order, tp, "" if okp else "WRONG"))
+        ok = checked(peer)
+        tp = gpu_us(peer, a.reps)
+        print("%-8s cupyx.scatter_add %8.1f us %s" % (order, tp, "" if ok else "WRONG"))
         for cfg in a.configs.split(","):
-            if cfg.startswith("c"):
-                run_counted(cfg, torch, cupy, dk_all=(keys, values, out), n=n, m=m, ref=ref, tp=tp,
-                            order=order, reps=a.reps, nstream=nstream)
-                continue
-            tile, shift, NT2, chunk = cfg.split(":")
-            NT, VT = map(int, tile.split("m")[0].split("x"))
-            shift, NT2, chunk = int(shift), int(NT2), int(chunk) or n
-            W = 1 << shift
-            nb = (m + W - 1) // W
-            assert nb <= NB_MAX
-            cap = int(min(chunk, n) / nb * 1.15) + 4096
-            mode = int(tile.split("m")[1]) if "m" in tile else 0
-            tile = tile.split("m")[0]
-            split = make_split(NT, VT, True, mode)
-            merge = make_merge(NT2, W)
-            cursor_t = torch.zeros(nb, dtype=torch.int32, device="cuda")
-            cursor = cuda.as_cuda_array(cursor_t)
-            ws_off = cuda.device_array(nb * cap, np.uint16, stream=nstream)
-            ws_val = cuda.device_array(nb * cap, np.float64, stream=nstream)
-            dk, dv, do = cuda.as_cuda_array(keys), cuda.as_cuda_array(values), cuda.as_cuda_array(out)
-            T = NT * VT
+            steps = partition(cfg, torch, n, m)(keys, values, out)
 
-            def call(split_only=False):
-                for s0 in range(0, n, chunk):
-                    s1 = min(s0 + chunk, n)
-                    split[(s1 - s0 + T - 1) // T, NT, nstream](dk, dv, s0, s1, shift, nb, cap, cursor,
-                                                               ws_off, ws_val, do)
-                    if not split_only:
-                        merge[nb, NT2, nstream](cursor, cap, ws_off, ws_val, do, m)
-            out.zero_(); call(); torch.cuda.synchronize()
-            ok = np.allclose(out.cpu().numpy(), ref)
-            t = gpu_time(torch, call, a.reps)
-            ts = gpu_time(torch, lambda: (call(True), cursor_t.zero_()), a.reps)
-            print("%-8s   split only + cursor memset %8.1f us" % (order, ts))
-            print("%-8s partition %-28s %8.1f us  %.2fx %s" % (order, cfg, t, tp / t, "" if ok else "WRONG"))
+            def call():
+                for step in steps.values():
+                    step()
+            ok = checked(call)
+            t = gpu_us(call, a.reps)
+            # The counted passes alone (a cursor split without its merge would leave the
+            # cursors full: timed as the pair only).
+            parts = ", ".join("%s %.1f" % (name, gpu_us(step, a.reps)) for name, step in steps.items()
+                              if "count" in steps)
+            print("%-8s %-36s %8.1f us  %.2fx %s  [%s]" % (order, cfg, t, tp / t, "" if ok else "WRONG", parts))
         sys.stdout.flush()
 
 

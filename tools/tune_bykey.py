@@ -28,7 +28,6 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,23 +114,10 @@ def updates(keys, algorithm, vt=4, nt=256, runs_max=16):
 
 # --- GPU timing --------------------------------------------------------------------------------
 
-def gpu_time(torch, call, reps, batches=3):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(batches):
-        torch.cuda._sleep(10_000_000)              # ~5 ms: the host queues the batch meanwhile
-        start.record()
-        for _ in range(reps):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(out)
-
-
 def run_gpu(args):
     import torch
     from cufold.bench.bykey import box_keys, box_values
+    from gpu_timing import gpu_us
     from cufold.device import bykey as BK
     try:
         import cupy
@@ -162,7 +148,7 @@ def run_gpu(args):
             call()
             torch.cuda.synchronize()
             ok = np.allclose(out.cpu().numpy(), ref, rtol=1e-9, atol=1e-9)
-            table[(label, order)] = (gpu_time(torch, call, args.reps), ok)
+            table[(label, order)] = (gpu_us(call, args.reps), ok)
         best[order] = min(t for (lab, o), (t, ok) in table.items() if o == order and lab in peers)
         for label, alg, env, check in variants:
             set_env(env)
@@ -177,7 +163,7 @@ def run_gpu(args):
                 call()
                 torch.cuda.synchronize()
                 ok = floor or np.allclose(out.cpu().numpy(), ref, rtol=1e-9, atol=1e-9)
-                table[(label, order)] = (gpu_time(torch, call, args.reps), ok)
+                table[(label, order)] = (gpu_us(call, args.reps), ok)
             except Exception as e:  # report and go on
                 table[(label, order)] = (None, "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:80]))
             sys.stderr.write("  %-8s %-30s %.1f s\n" % (order, label, time.time() - t0))

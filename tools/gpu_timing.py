@@ -1,0 +1,24 @@
+"""GPU time per call for the tools' tables: ``gpu_us(call)``.
+
+``reps`` back-to-back calls between two CUDA events, queued behind a ``torch.cuda._sleep``
+so the host enqueues the whole batch before the GPU reaches it (GPU time, not the host's);
+the median of ``batches`` batches, in microseconds per call. Used by tune_bykey,
+hist_rates and partition_proto.
+"""
+import statistics
+
+import torch
+
+
+def gpu_us(call, reps=20, batches=3, sleep_cycles=20_000_000):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_call = []
+    for _ in range(batches):
+        torch.cuda._sleep(sleep_cycles)          # ~10 ms at ~2 GHz: the host queues the batch meanwhile
+        start.record()
+        for _ in range(reps):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        per_call.append(start.elapsed_time(end) * 1e3 / reps)
+    return statistics.median(per_call)
