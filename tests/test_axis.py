@@ -91,3 +91,15 @@ def test_out_and_errors(x):
         cufold.sum(d, axis=(1, -2))
     with pytest.raises(ValueError, match="shape"):
         cufold.sum(d, axis=0, out=cuda.to_device(np.zeros(3, np.int64)))
+
+
+def test_full_sum_of_transposed_300x200(rng):
+    """A full reduction of a view that is not one contiguous run, large enough that a
+    single simulated warp walked it for over a minute (and was taken for a deadlock)."""
+    x = rng.integers(-50, 50, (300, 200)).astype(np.int32)
+    d = cuda.to_device(x)
+    for dv, xv in ((d.T, x.T), (d, x)):
+        got = host(cufold.sum(dv))
+        assert got.dtype == xv.sum().dtype
+        assert got == xv.sum()
+    np.testing.assert_array_equal(host(cufold.sum(d.T, axis=1)), x.T.sum(axis=1))

@@ -101,6 +101,26 @@ DIRECT = _direct_from_env(os.environ.get("CUFOLD_LAUNCH"))
 ABI_VERSION = "cufold-launch-1"
 
 
+#: In the simulator a launch has about this many tiles at most (see :func:`simulator_tile`).
+SIMULATOR_TILES = 32
+SIMULATOR_MAX_VT = 512
+
+
+def simulator_tile(tile, n):
+    """The simulator's ``tile`` (a namedtuple with ``nt`` and ``vt``) for ``n`` items:
+    as given while ``n`` spans at most :data:`SIMULATOR_TILES` tiles, else with the
+    items per thread doubled until it does (up to :data:`SIMULATOR_MAX_VT`).
+
+    Tiny tiles let small test inputs cross tile boundaries; on large inputs a
+    simulated tile costs its barriers and shuffles (a Python thread switch for every
+    lane at each), whatever its items, so fewer, fuller tiles run as fast as the
+    items allow. Used only under the simulator; a GPU's tiles are its own."""
+    vt = tile.vt
+    while n > SIMULATOR_TILES * tile.nt * vt and vt < SIMULATOR_MAX_VT:
+        vt *= 2
+    return tile if vt == tile.vt else tile._replace(vt=vt)
+
+
 class BoundedCache(dict):
     """Things made on first use under keys of open-ended variety (lengths, streams,
     users' operators): past ``limit`` entries it starts again empty, so its memory

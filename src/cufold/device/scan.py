@@ -158,17 +158,22 @@ def _parse_variant(text):
     return DEFAULT_VARIANT._replace(**fields)
 
 
-def tile_for(in_vt, acc_vt):
-    """Threads per block and items per thread for a scan of ``in_vt`` values
-    accumulated as ``acc_vt``.
+def tile_for(in_vt, acc_vt, n=None):
+    """Threads per block and items per thread for a scan of ``n`` (where given)
+    ``in_vt`` values accumulated as ``acc_vt``.
 
     ``CUFOLD_TILE=NTxVT`` overrides (as for the reduce; ``NT`` a multiple of
     32). The simulator uses the reduce's tiny tiles, so that small test inputs
-    cross tile boundaries. On a GPU: 256 threads, and as many items per thread
-    as keep the tile's shared memory at 32 KiB or less (16 for 4-byte values).
+    cross tile boundaries (fuller ones for large inputs: ``_launch.simulator_tile``).
+    On a GPU: 256 threads, and as many items per thread as keep the tile's shared
+    memory at 32 KiB or less (16 for 4-byte values).
     """
-    if os.environ.get("CUFOLD_TILE") or config.ENABLE_CUDASIM:
+    if os.environ.get("CUFOLD_TILE"):
         tile = _reduce_tile_for(in_vt, acc_vt)
+    elif config.ENABLE_CUDASIM:
+        tile = _reduce_tile_for(in_vt, acc_vt)
+        if n is not None:
+            tile = _launch.simulator_tile(tile, n)
     else:
         size = max(in_vt.itemsize, acc_vt.itemsize, 1)
         tile = Tile(256, 16 if size <= 4 else max(1, min(8, 128 // size)))
@@ -904,7 +909,7 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
     if algorithm is None:
         algorithm = choose(op, in_vt, acc_vt, n)
     var = variant() if var is None else var
-    tile = tile_for(in_vt, acc_vt)
+    tile = tile_for(in_vt, acc_vt, n)
     nv = tile.nt * tile.vt
     tiles = -(-n // nv)
     spine = None
@@ -916,7 +921,7 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
         carry = "single_block" if algorithm == "single_block" or tiles == 1 else "downsweep"
         var = var._replace(states=None, poll=None, ids=None)
     if carry == "downsweep":
-        spine_tile = tile_for(acc_vt, acc_vt)
+        spine_tile = tile_for(acc_vt, acc_vt, tiles)
         spine_alg = ("single_block" if tiles <= SPINE_BLOCK_TILES * spine_tile.nt * spine_tile.vt
                      else "reduce_then_scan")
         spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg, var)

@@ -82,19 +82,21 @@ _PARTITION_THREADS = 64 if SIMULATOR else 256
 
 # --- tiles ---------------------------------------------------------------------------------
 
-def tile_for(acc_vt):
-    """Threads and path items per thread of a ``segmented_reduce`` tile.
+def tile_for(acc_vt, path_items=None):
+    """Threads and path items per thread of a ``segmented_reduce`` tile, for
+    ``path_items`` (values and segments, where given).
 
     ``CUFOLD_SEG_TILE=NTxVT`` overrides (NT a multiple of 32). GPU: 256 threads
     and 8 items (fewer for accumulators over 16 bytes, so that the tile's values
     stay within 32 KiB of shared memory). Simulator: 64 x 2, so that inputs of a
-    few hundred items cross many tiles.
+    few hundred items cross many tiles (fuller for large inputs:
+    ``_launch.simulator_tile``).
     """
     forced = os.environ.get("CUFOLD_SEG_TILE")
     if forced:
         nt, vt = (int(v) for v in forced.lower().split("x"))
     elif SIMULATOR:
-        nt, vt = 64, 2
+        return _launch.simulator_tile(Tile(64, 2), path_items or 0)
     else:
         nt = 256
         vt = max(1, min(8, 32768 // (nt * max(acc_vt.itemsize, 1))))
@@ -104,9 +106,9 @@ def tile_for(acc_vt):
     return Tile(nt, vt)
 
 
-def _key_tile():
-    """Keys per tile of the run-head kernels of ``reduce_by_key``."""
-    return Tile(64, 2) if SIMULATOR else Tile(256, 16)
+def _key_tile(n):
+    """Keys per tile of the run-head kernels of ``reduce_by_key`` over ``n`` keys."""
+    return _launch.simulator_tile(Tile(64, 2), n) if SIMULATOR else Tile(256, 16)
 
 
 @functools.lru_cache(maxsize=None)
@@ -628,7 +630,7 @@ def _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, name, ne
     m = off.size - 1
     outs, objs = _allocate(like, out_vt, m, alloc_stream)
     if m > 0:
-        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt))
+        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, like.size + m))
         _run_segments(spec, _pack(in_vt, arrs), off, like.size, m, outs, init_value, has_init,
                       handle, like.device_id)
     return objs
@@ -824,7 +826,7 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
         if n == 0:
             return (_allocate(like, key_vt, 0, alloc_stream)[1],
                     _allocate(like, out_vt, 0, alloc_stream)[1])
-        nt, vt = _key_tile()
+        nt, vt = _key_tile(n)
         tiles = -(-n // (nt * vt))
         _, ws = _launch.workspace(dev, handle, _align(8 * tiles) + 256)
         counts = ws.view(np.int64, (tiles,), 0)
