@@ -727,9 +727,9 @@ def test_stream_argument(rng):
 
 
 def test_single_pass_state_is_reused(rng):
-    """Flags carry a launch epoch (no clearing between calls) and the tile
-    counter is reset by the last tile: back-to-back launches of different sizes
-    on one stream stay correct and allocate nothing new."""
+    """Flags carry a launch epoch (no clearing between calls) kept on the device
+    with the tile counter, which the last draw resets: back-to-back launches of
+    different sizes on one stream stay correct and allocate nothing new."""
     sizes = [300, 129, 300, 1] if SIMULATOR else [1 << 22, 4097, 1 << 22, 1]
     xs = [rng.integers(-9, 9, n).astype(np.int32) for n in sizes]
     ds = [_dev(x) for x in xs]
@@ -922,3 +922,24 @@ def test_express_keeps_no_input_alive(rng, lib):
     gc.collect()
     assert first() is None
     assert len(results) == 4
+
+
+def test_epochs_advance_on_the_device(rng):
+    """A single-pass launch takes its epoch from the counter word it draws tickets
+    from (no epoch from the host, so a CUDA graph's replays get new ones): after
+    each launch the epoch (high half) has moved on by one and the count (low half)
+    is back to 0; the same launch made again gives the same result."""
+    n = 1000 if SIMULATOR else (1 << 20) + 3
+    x = rng.integers(-9, 9, n).astype(np.int32)
+    d = _dev(x)
+    scan.inclusive_scan(d, algorithm="single_pass")
+    from cufold.device import _arrays
+    a = _arrays.describe(d)
+    st = scan._look_back_states[(a.device_id, _arrays.stream_handle(a))]
+    word = lambda: int(_arrays.as_numba(st.counter).copy_to_host()[0])          # noqa: E731
+    before = word()
+    assert before & 0xFFFFFFFF == 0
+    for k in range(1, 4):
+        got = scan.inclusive_scan(d, algorithm="single_pass").copy_to_host()
+        np.testing.assert_array_equal(got, np.cumsum(x, dtype=np.int32))
+        assert word() == before + (k << 32)

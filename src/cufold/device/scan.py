@@ -109,9 +109,13 @@ FULL_MASK = 0xFFFFFFFF
 _U32 = ValueType.of(np.uint32)
 # Tile states of the look-back (the low two bits of a flag).
 EMPTY, AGGREGATE, PREFIX, OUTSIDE = 0, 1, 2, 3
-# Epochs stay below 2^28: a flag or state word read as a float (_state_reader)
-# then never has an all-ones exponent, so it is never a NaN.
-_EPOCH_LIMIT = (1 << 28) - 1
+# A launch's epoch is taken modulo 2^28: a flag or state word read as a float
+# (_state_reader) then never has an all-ones exponent, so it is never a NaN.
+_EPOCH_MASK = (1 << 28) - 1
+# A state buffer serves this many launches counted on the host, then a fresh one
+# replaces it, before an epoch could come round again to a stale state's.
+_EPOCH_LIMIT = 1 << 27
+_LOW32 = np.uint64(0xFFFFFFFF)
 
 
 # --- variants (for measuring; CUFOLD_SCAN_VARIANT) ------------------------------------------
@@ -758,22 +762,29 @@ def _tile_scan(spec):
 
 
 @cuda.jit(device=True)
-def _checked_ticket(t, counter, draws):
-    """Ticket ``t`` (as int64); the launch's last draw (``draws`` in all) resets
-    the counter for the next launch."""
-    if t == draws - 1:
-        cuda.atomic.exch(counter, 0, np.uint32(0))
-    return np.int64(t)
+def draw(counter, draws):
+    """``(ticket, tag)`` for one block of a look-back launch (called by one thread).
+
+    ``counter`` (a uint64 word per (device, stream)) holds the launch's epoch in
+    its high half and the draws so far in its low half; the launch's last draw
+    (of ``draws``) moves the epoch on and the count back to 0. The epoch lives on
+    the device, so a launch replayed from a CUDA graph gets a new one, as an
+    eager launch does. ``tag``: the epoch (modulo 2^28) in bits 2.. of a state."""
+    w = cuda.atomic.add(counter, 0, np.uint64(1))
+    ticket = np.int64(w & _LOW32)
+    if ticket == draws - 1:
+        cuda.atomic.add(counter, 0, np.uint64(4294967296 - draws))
+    return ticket, np.uint32((np.uint32(w >> np.uint64(32)) & np.uint32(_EPOCH_MASK)) << np.uint32(2))
 
 
 @functools.lru_cache(maxsize=None)
 def scan_kernel(spec):
     """The Python kernel function for ``spec`` (compiled by the launch path).
 
-    Arguments: ``(xs, outs, n, tiles, counter, tag, states, aggs, pres, init,
-    has_init, totals, want_total)``; ``counter`` (the ticket), ``tag`` (the
-    launch's epoch) and ``states`` (flags or state words, and the same memory
-    as floats) matter to single_pass only, ``aggs`` to its wide layout,
+    Arguments: ``(xs, outs, n, tiles, counter, states, aggs, pres, init,
+    has_init, totals, want_total)``; ``counter`` (the launch's epoch and tile
+    tickets: :func:`draw`) and ``states`` (flags or state words, and the same
+    memory as floats) matter to single_pass only, ``aggs`` to its wide layout,
     ``pres`` to that and to downsweep (the spine). Unused ones are
     placeholders. (Arguments nest one tuple deep at most: the launch path
     takes no deeper.)
@@ -787,21 +798,20 @@ def scan_kernel(spec):
         by_ticket = spec.variant.ids == "ticket"
         packed = spec.variant.states == "packed"
 
-        def scan_single_pass(xs, outs, n, tiles, counter, tag, states, aggs, pres, init,
+        def scan_single_pass(xs, outs, n, tiles, counter, states, aggs, pres, init,
                              has_init, totals, want_total):
             smem = tile_storage()
             temp = scan_storage()
             stash = stash_storage()
-            if by_ticket:
-                ticket = cuda.shared.array(1, np.int64)
-                if cuda.threadIdx.x == 0:
-                    # Dynamic tile ids: tiles start in id order (see _look_back).
-                    ticket[0] = _checked_ticket(cuda.atomic.add(counter, 0, np.uint32(1)),
-                                                counter, tiles)
-                cuda.syncthreads()
-                tile = ticket[0]
-            else:
-                tile = np.int64(cuda.blockIdx.x)
+            drawn = cuda.shared.array(2, np.int64)
+            if cuda.threadIdx.x == 0:
+                ticket, tag = draw(counter, tiles)
+                drawn[0] = ticket
+                drawn[1] = tag
+            cuda.syncthreads()
+            tag = np.uint32(drawn[1])
+            # Dynamic tile ids: tiles start in id order (see _look_back).
+            tile = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
             lb = states if packed else (states[0], states[1], aggs, pres)
             state = (tile, lb, tag, init, has_init, stash)
             tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total)
@@ -809,8 +819,9 @@ def scan_kernel(spec):
         return scan_single_pass
 
     if spec.carry == "downsweep":
-        def scan_downsweep(xs, outs, n, tiles, counter, tag, states, aggs, pres, init, has_init,
+        def scan_downsweep(xs, outs, n, tiles, counter, states, aggs, pres, init, has_init,
                            totals, want_total):
+            tag = np.uint32(0)                   # no tile states
             smem = tile_storage()
             temp = scan_storage()
             stash = stash_storage()
@@ -820,8 +831,9 @@ def scan_kernel(spec):
 
         return scan_downsweep
 
-    def scan_single_block(xs, outs, n, tiles, counter, tag, states, aggs, pres, init, has_init,
+    def scan_single_block(xs, outs, n, tiles, counter, states, aggs, pres, init, has_init,
                           totals, want_total):
+        tag = np.uint32(0)                       # no tile states
         smem = tile_storage()
         temp = scan_storage()
         stash = stash_storage()
@@ -987,25 +999,35 @@ def _placeholder(ws, offset):
     return _carve(ws, offset, _U32, 64)
 
 
-class _LookBackState:
-    """Per (device, stream): the tile counter and the tile states of the
-    look-back, in both layouts (``flags``: uint32 per tile; ``words``: uint64
-    per tile; each with a float view of the same memory for the volatile
-    read). Each launch has a new epoch, so a state of an earlier launch, of
-    either layout, reads as EMPTY."""
+class LookBackState:
+    """Per (device, stream): what a look-back launch (this scan's single pass,
+    ``segmented_reduce``) keeps between launches: the ``counter`` word of
+    :func:`draw` (epoch and tickets), and the tile states in both layouts
+    (``flags``: uint32 per tile; ``words``: uint64 per tile; each with a float
+    view of the same memory for the volatile read). Every launch on the stream
+    has a new epoch, so a state of an earlier launch, of either layout and
+    either family, reads as EMPTY. ``launches`` counts those made from the host
+    (see ``_EPOCH_LIMIT``)."""
 
-    __slots__ = ("buffer", "capacity", "epoch", "counter", "flags", "words")
+    __slots__ = ("buffer", "capacity", "launches", "counter", "flags", "words")
 
     def __init__(self, device_id, capacity):
         self.capacity = capacity
-        self.epoch = 0                           # fresh zeros: every state is of epoch 0
+        self.launches = 0
         words_at = 256 + _align(4 * capacity)
-        self.buffer = _zeroed(device_id, words_at + 8 * capacity)
-        self.counter = self.buffer.view(np.uint32, (1,), 0)
+        self.buffer = _zeroed(device_id, words_at + 8 * capacity)      # every state EMPTY, epoch 0
+        self.counter = self.buffer.view(np.uint64, (1,), 0)
         self.flags = (self.buffer.view(np.uint32, (capacity,), 256),
                       self.buffer.view(np.float32, (capacity,), 256))
         self.words = (self.buffer.view(np.uint64, (capacity,), words_at),
                       self.buffer.view(np.float64, (capacity,), words_at))
+
+    def fits(self, tiles):
+        """Whether a launch of ``tiles`` tiles may use this state (counted as one)."""
+        if self.capacity < tiles or self.launches >= _EPOCH_LIMIT:
+            return False
+        self.launches += 1
+        return True
 
 
 _look_back_states = {}
@@ -1024,21 +1046,20 @@ def _zeroed(device_id, nbytes):
         return _arrays.describe(cuda.to_device(zeros), "workspace")
 
 
-def _look_back_state(device_id, stream, tiles):
-    """(state, tag) for a single-pass launch of ``tiles`` tiles; a new epoch
-    per launch, so states never need clearing (a fresh zeroed buffer when the
-    epochs run out or more tiles are needed)."""
+def look_back_state(device_id, stream, tiles):
+    """The :class:`LookBackState` for a launch of ``tiles`` tiles on ``stream``
+    (a fresh zeroed one when more tiles are needed or the epochs run out)."""
     key = (device_id, stream)
     st = _look_back_states.get(key)
-    if st is None or st.capacity < tiles or st.epoch >= _EPOCH_LIMIT:
+    if st is None or not st.fits(tiles):
         cap = max(tiles, 1024)
         if st is not None:
             _retired.append(st)
             if st.capacity < tiles:
                 cap = max(cap, 2 * st.capacity)
-        st = _look_back_states[key] = _LookBackState(device_id, cap)
-    st.epoch += 1
-    return st, np.uint32(st.epoch << 2)
+        st = _look_back_states[key] = LookBackState(device_id, cap)
+        st.fits(tiles)
+    return st
 
 
 def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
@@ -1071,7 +1092,7 @@ def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, off
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        st, tag = _look_back_state(device_id, stream, p.tiles)
+        st = look_back_state(device_id, stream, p.tiles)
         if spec.variant.states == "packed":
             states = st.words
             aggs = pres = st.counter                     # unused
@@ -1081,14 +1102,14 @@ def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, off
             aggs, offset = _carve(ws, offset, sv, p.tiles)
             pres, offset = _carve(ws, offset, sv, p.tiles)
         out.append((scan_kernel(spec), key, p.tiles, nt,
-                    (xs, outs, n, p.tiles, st.counter, tag, states, aggs, pres, init, has_init, totals,
+                    (xs, outs, n, p.tiles, st.counter, states, aggs, pres, init, has_init, totals,
                      want_total)))
         return
     counter, offset = _placeholder(ws, offset)           # unused by these kernels
     states = (counter, counter)
     if p.spine is None:                                  # one block walks every tile
         out.append((scan_kernel(spec), key, 1, nt,
-                    (xs, outs, n, p.tiles, counter, np.uint32(0), states, counter, counter, init,
+                    (xs, outs, n, p.tiles, counter, states, counter, counter, init,
                      has_init, totals, want_total)))
         return
     # reduce_then_scan: upsweep, spine (inclusive, in place), downsweep.
@@ -1097,7 +1118,7 @@ def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, off
                 ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, (xs, n, spine)))
     _launches(p.spine, spine, spine, p.tiles, stream, device_id, init, False, None, ws, offset, out)
     out.append((scan_kernel(spec), key, p.tiles, nt,
-                (xs, outs, n, p.tiles, counter, np.uint32(0), states, counter, spine, init, has_init,
+                (xs, outs, n, p.tiles, counter, states, counter, spine, init, has_init,
                  totals, want_total)))
 
 
@@ -1196,20 +1217,19 @@ class _Express:
 
             run.out_dtype = out_dt
             return run
-        # Single pass: a new look-back epoch per launch (argument 5), in the
-        # state bound here; a new state (grown, or out of epochs) is bound anew.
-        bound = [args[4], kernel.bind(grid, nt, h, 0, args, pointers + (5,))]
+        # Single pass: the look-back state bound here serves until it must be
+        # replaced (more tiles, or its epochs run out); then it is bound anew.
+        bound = [args[4], kernel.bind(grid, nt, h, 0, args, pointers)]
         tiles = p.tiles
 
         def run_single_pass(x, x_ptr, out, out_ptr):
-            st, tag = _look_back_state(dev, h, tiles)
+            st = look_back_state(dev, h, tiles)
             if st.counter is not bound[0]:
                 fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
-                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, pointers + (5,))]
-                st, tag = _look_back_state(dev, h, tiles)
+                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, pointers)]
             if out is None:
                 out, out_ptr = alloc(x)
-            bound[1](x_ptr, out_ptr, tag)
+            bound[1](x_ptr, out_ptr)
             return out
 
         run_single_pass.out_dtype = out_dt

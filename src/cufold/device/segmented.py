@@ -68,15 +68,14 @@ from ..ops import as_op, plus
 from ..values import ValueType
 from . import _arrays, _launch, _types
 from .reduce import Tile, launch
-from .scan import _fetch, _publish, _storage_vt  # the look-back's tile states, as the scan's
+from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
 
 __all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
-# Look-back tile states (the low two bits of a flag; the epoch is in the high 30).
+# Look-back tile states (the low two bits of a flag; the launch's epoch above them: scan.draw).
 EMPTY, AGGREGATE, PREFIX, PREFIX_NONE = 0, 1, 2, 3
-_EPOCH_LIMIT = (1 << 30) - 1
 _PARTITION_THREADS = 64 if SIMULATOR else 256
 
 
@@ -354,7 +353,8 @@ def segments_kernel(spec):
     """The Python kernel of the one-pass merge-path segmented reduction.
 
     Arguments: ``(values, offsets, nvals, m, ps, pj, outs, init, has_init,
-    tiles, counter, flags, tag, aggs, pres)``; ``init`` is the value folded in
+    tiles, counter, flags, aggs, pres)``; ``counter``: the launch's epoch and
+    tile tickets (``scan.draw``); ``init`` is the value folded in
     front of every segment when ``has_init``, else the identity written for an
     empty segment.
     """
@@ -389,7 +389,7 @@ def segments_kernel(spec):
         cuda.atomic.exch(flags, tile, np.uint32(tag | state))
 
     def segments(values, offsets, nvals, m, ps, pj, outs, init, has_init, tiles, counter, flags,
-                 tag, aggs, pres):
+                 aggs, pres):
         sv = tile_storage()
         wv = warp_storage()
         ev = carry_storage()
@@ -400,12 +400,12 @@ def segments_kernel(spec):
         tid = cuda.threadIdx.x
         if tid == 0:
             # Dynamic tile ids: tiles start in id order, so a look-back only waits for running tiles.
-            t = cuda.atomic.add(counter, 0, np.uint32(1))
-            if t == tiles - 1:                  # the last ticket: reset for the next launch
-                cuda.atomic.exch(counter, 0, np.uint32(0))
+            t, tg = draw(counter, tiles)
             meta[0] = t
+            meta[1] = tg
         cuda.syncthreads()
         tile = meta[0]
+        tag = np.uint32(meta[1])
         s0 = ps[tile]
         j0 = pj[tile]
         nrows = ps[tile + 1] - s0               # segment ends in this tile
@@ -510,40 +510,6 @@ def segments_kernel(spec):
     return segments
 
 
-# --- look-back state -----------------------------------------------------------------------------
-
-class _LookBackState:
-    """Per (device, stream): the ticket counter and the tile flags of the look-back."""
-
-    __slots__ = ("buffer", "capacity", "epoch", "counter", "flags")
-
-    def __init__(self, device_id, capacity):
-        self.capacity = capacity
-        self.epoch = 0                          # fresh zeros: every flag is of epoch 0
-        with _launch._numba_device_ctx(device_id):
-            self.buffer = _arrays.describe(cuda.to_device(np.zeros(64 + capacity, np.uint32)),
-                                           "workspace")
-        self.counter = self.buffer.view(np.uint32, (1,), 0)
-        self.flags = self.buffer.view(np.uint32, (capacity,), 256)
-
-
-_states = {}
-_retired = []   # replaced states: launches still queued may use them
-
-
-def _look_back_state(device_id, stream, tiles):
-    """(counter, flags, tag): a new epoch per launch, so flags never need clearing."""
-    key = (device_id, stream)
-    st = _states.get(key)
-    if st is None or st.capacity < tiles or st.epoch >= _EPOCH_LIMIT:
-        if st is not None:
-            _retired.append(st)
-        cap = max(tiles, 1024, 2 * st.capacity if st is not None and st.capacity < tiles else 0)
-        st = _states[key] = _LookBackState(device_id, cap)
-    st.epoch += 1
-    return st.counter, st.flags, np.uint32(st.epoch << 2)
-
-
 def _align(nbytes):
     return -(-nbytes // 256) * 256
 
@@ -613,12 +579,12 @@ def _run_segments(spec, xs, off, nvals, m, outs, init_value, has_init, handle, d
     pj = ws.view(np.int64, (tiles + 1,), idx_bytes)
     aggs, offset = _carve(ws, 2 * idx_bytes, sacc, tiles)
     pres, offset = _carve(ws, offset, sacc, tiles)
-    counter, flags, tag = _look_back_state(device_id, handle, tiles)
+    st = look_back_state(device_id, handle, tiles)
     launch(partition_kernel(nv), ("seg_partition", nv), -(-(tiles + 1) // _PARTITION_THREADS),
            _PARTITION_THREADS, handle, (off, np.int64(nvals), np.int64(m), ps, pj, np.int64(tiles + 1)))
     launch(segments_kernel(spec), ("segments", spec), tiles, nt, handle,
            (xs, off, np.int64(nvals), np.int64(m), ps, pj, outs, init_value, bool(has_init),
-            np.int64(tiles), counter, flags, tag, aggs, pres))
+            np.int64(tiles), st.counter, st.flags[0], aggs, pres))
 
 
 def _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, name, never_empty=False):
