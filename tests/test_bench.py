@@ -6,9 +6,11 @@ calls through Numba (the simulator on a machine without a GPU).
 """
 
 import datetime
+import inspect
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -193,7 +195,9 @@ def test_cases_skip_missing_peers():
     only = S.build_cases("reduce", env, dtypes=["float32"], cases=["sum"], only=["cufold", "torch"])
     assert [c.id for c in only] == ["sum/float32"]
     assert [c.label for c in only[0].candidates] == ["cufold.sum", "torch.sum"]
-    assert [c.id for c in S.build_cases("scan", env, cases=["alg"])] == ["scan-alg/int32", "scan-alg/float32"]
+    assert S.build_cases("scan", env, cases=["alg"]) == []                     # studies: --full only
+    assert [c.id for c in S.build_cases("scan", env, cases=["alg"], full=True)] == ["scan-alg/int32",
+                                                                                    "scan-alg/float32"]
     scan = S.build_cases("scan", env, dtypes=["float32"], only=["torch"])
     assert [c.role for c in scan[0].candidates] == ["peer", "ceiling"]        # copy ceiling kept
     with pytest.raises(ValueError, match="unsupported dtypes"):
@@ -221,7 +225,7 @@ def test_cufold_missing_function_is_a_skip():
     assert S._cufold_attr(env, "argmax") is FakeCufold.argmax
     del FakeCufold.argmax.device_reduction
     env.skipped.update(torch="torch not importable", cupy="cupy not importable", numba="no GPU")
-    cases = S.build_cases("reduce", env, dtypes=["float32"])
+    cases = S.build_cases("reduce", env, dtypes=["float32"], full=True)
     by = {(c.id, cand.label): cand for c in cases for cand in c.candidates}
     assert by[("sum/float32", "cufold.sum")].skip == "cufold.sum missing"
     assert "algorithms('reduce') failed" in by[("reduce-alg/float32", "cufold.reduce[*]")].skip
@@ -256,7 +260,255 @@ def test_main_dry_run_and_no_gpu(monkeypatch):
     assert bench.main(["list"], stdout=out) == 0 and "hist" in out.getvalue()
 
 
-# --- synthetic results: ratios, table, targets, files -------------------------------------
+# --- default runs: what they list and what they take ------------------------------------------------
+@pytest.fixture
+def no_peers(monkeypatch):
+    """probe() as on a machine without torch, CuPy and cuda.compute."""
+    fake = _importer({"torch", "cupy", "cuda"})
+    real_probe = B.probe
+    monkeypatch.setattr(B, "probe",
+                        lambda importer=None, libs=B.LIBS, **kw: real_probe(importer=fake, libs=libs, **kw))
+
+
+def _dry_run(argv):
+    """The dry run's text and its estimate (seconds)."""
+    out = io.StringIO()
+    assert bench.main(argv + ["--dry-run"], stdout=out, stderr=io.StringIO()) == 0
+    text = out.getvalue()
+    return text, float(re.search(r"^estimate: (\d+) s on an H100/H200 \(", text, re.M).group(1))
+
+
+@pytest.mark.parametrize("suite", sorted(S.SUITES))
+def test_default_runs_list_their_cases_within_four_minutes(suite, no_peers):
+    text, seconds = _dry_run([suite])
+    assert 0 < seconds < bench.DEFAULT_BUDGET_S == 240
+    full_text, full_seconds = _dry_run([suite, "--full"])
+    assert full_seconds >= seconds
+    if suite == "bykey":       # one box: the default is the full run
+        assert "orders: ordered, shifted, random" in text and "cufold[adaptive]" in text
+        assert full_text == text
+        return
+    for mode, out in (("default", text), ("full", full_text)):
+        cases = S.build_cases(suite, B.probe(), full=mode == "full")
+        assert re.findall(r"^case (\S+) \(", out, re.M) == [c.id for c in cases] != []
+        labels = re.findall(r"^  (?:cufold|peer|ceiling) +(.+?) +(?:will run|skipped)", out, re.M)
+        assert labels == [cand.label for c in cases for cand in c.candidates]
+    studies = [cand.label for c in S.build_cases(suite, B.probe(), full=True) for cand in c.candidates
+               if cand.study]
+    assert all(label not in text and label in full_text for label in studies)
+    sizes = re.search(r"^sizes: (.*)$", text, re.M).group(1)
+    assert sizes == ", ".join("2^%d" % k for k in T.parse_sizes(S.SUITES[suite].default_sizes))
+
+
+def test_estimate_parts():
+    s = T.Settings(target_s=0.1, max_reps=1000, call_repeats=5, call_target_s=0.03)
+    e = T.estimate_seconds(s, points=10, call_points=4, first_calls=["cufold", "torch", "cuda.compute"],
+                           data_bytes=3e9)
+    m = T.ESTIMATE
+    assert e["events"] == pytest.approx(10 * (m["point_s"] + 0.1 + 1000 * m["hold_s"]))
+    assert e["per-call loops"] == pytest.approx(4 * 5 * 0.03)
+    assert e["first calls"] == pytest.approx(m["compile_s"]["cufold"] + m["compile_s"]["other"]
+                                             + m["compile_s"]["cuda.compute"])
+    assert e["data"] == pytest.approx(10.0) and e["total"] == pytest.approx(sum(
+        v for k, v in e.items() if k != "total"))
+
+
+def test_mode_settings():
+    parse = bench.build_parser().parse_args
+    short, full = bench._settings(parse(["reduce"])), bench._settings(parse(["reduce", "--full"]))
+    assert short.target_s < full.target_s == T.Settings().target_s
+    calls = bench._settings(parse(["calls", "--target-time", "0.5"]), S.SUITES["calls"])
+    assert calls.max_reps == S.SUITES["calls"].settings["max_reps"] and calls.target_s == 0.5
+    with pytest.raises(SystemExit):
+        parse(["reduce", "--full", "--quick"])
+
+
+def test_calls_rows(no_peers):
+    cases = S.build_cases("calls", B.probe())
+    assert [c.id for c in cases] == [
+        "sum", "argmax", "mean_var", "inclusive_scan", "exclusive_scan", "sum/axis=1", "argmax/axis=1",
+        "mean_var/axis=1", "sum/axis=0", "argmax/axis=0", "mean_var/axis=0", "segmented_reduce",
+        "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
+    for c in cases:                                       # cufold against one torch peer
+        assert [x.lib for x in c.candidates if x.role == "peer"] == ["torch"]
+        assert all(x.lib == "cufold" for x in c.candidates if x.role != "peer")
+    targets = {(t["case"], t["label"]): t for t in S.SUITES["calls"].targets}
+    assert len(targets) == sum(len(c.candidates) - 1 for c in cases)
+    assert all(t["kind"] == "call_vs" and t["cmp"] == "<=" and t["range"] == [10, 20] for t in targets.values())
+    into = targets[("reduce_by_key_into", "cufold.reduce_by_key_into")]
+    assert into["threshold"] == 1.5 and into["peer"] == "torch.index_add_"
+    assert targets[("reduce_by_key_into", "cufold.reduce_by_key_into(check=False)")]["threshold"] == 1.0
+    assert S.matrix_shape(1 << 10) == (32, 32) and S.matrix_shape(1 << 11) == (32, 64)
+    assert S.matrix_shape(1 << 20) == (1024, 1024)
+
+
+def test_calls_checks():
+    from cufold.bench import calls as C
+    (x,) = S.generate("float32", "grid", 1 << 10, 1, seed=8)
+    ctx = S.CheckCtx(S.reference("scan", x), x, None, x.size, x.dtype)
+    exclusive = np.concatenate(([0], np.cumsum(x, dtype=np.float64)[:-1])).astype(np.float32)
+    assert C.check_exclusive_scan(exclusive, ctx) == (True, "")
+    assert not C.check_exclusive_scan(np.cumsum(x), ctx)[0]
+    m = x.reshape(32, 32)
+    for axis, where in ((1, "row"), (0, "column")):
+        check = C.along(S.check_sum, "sum", axis)
+        assert check(m.sum(axis), ctx) == (True, "")
+        bad = m.sum(axis)
+        bad[3] += 1
+        ok, note = check(bad, ctx)
+        assert not ok and note.startswith("%s 3:" % where)
+        assert not check(m.sum(axis)[:-1], ctx)[0]
+    (u,) = S.generate("float32", "uniform", 1 << 10, 1, seed=9)
+    mu, uctx = u.reshape(32, 32), S.CheckCtx(None, u, None, u.size, u.dtype)
+    assert C.along(S.check_argmax, "argmax", 1)(mu.argmax(1), uctx)[0]
+    assert not C.along(S.check_argmax, "argmax", 0)(mu.argmin(0), uctx)[0]
+    ok, note = C.along(S.check_mean_var, "mean_var", 0)(S._swap((mu.var(0, ddof=1), mu.mean(0))), uctx)
+    assert ok and note == "var with ddof=1"
+    keys, values = C._bykey_host(1 << 10)
+    assert keys[0] == 0 and keys[-1] == 102 and np.all(np.diff(keys) >= 0)
+    sums = np.bincount(keys, weights=values)
+    assert C.check_into(sums, ctx)[0] and not C.check_into(sums + 1, ctx)[0]
+    assert C.check_runs((np.arange(103), sums), ctx)[0]
+    assert not C.check_runs((np.arange(1, 104), sums), ctx)[0]
+    assert not C.check_runs(sums, ctx)[0]
+
+
+# --- cuda.compute peers: cuda-cccl 1.1.1's keyword-only API ------------------------------------------
+class FakeCompute:
+    """``cuda.compute`` as cuda-cccl 1.1.1 spells it (cuda/compute/algorithms/_reduce.py,
+    _scan.py, _segmented_reduce.py): keyword-only functions and made objects, computing
+    with NumPy; every call recorded as (name, keyword names)."""
+
+    class OpKind:
+        PLUS = "OpKind.PLUS"
+
+    TEMP_BYTES = 96
+
+    def __init__(self):
+        self.calls = []
+        self.temp_storage = set()     # ids of the temp storage the made objects ran with
+
+    def _record(self, name, kw):
+        assert kw["op"] == self.OpKind.PLUS
+        self.calls.append((name, tuple(sorted(kw))))
+
+    def _made(self, name, compute):
+        fake = self
+
+        class Made:
+            def __call__(self, *, temp_storage, **kw):
+                if temp_storage is None:                # the size query
+                    fake._record("query." + name, kw)
+                    return fake.TEMP_BYTES
+                fake._record("made." + name, kw)
+                assert temp_storage.nbytes >= fake.TEMP_BYTES
+                fake.temp_storage.add(id(temp_storage))
+                compute(**kw)
+        return Made()
+
+    # reduce_into: _reduce.py make_reduce_into(*, d_in, d_out, op, h_init, **kwargs),
+    # _Reduce.__call__(self, *, temp_storage, d_in, d_out, num_items, op, h_init, stream=None)
+    @staticmethod
+    def _reduce(*, d_in, d_out, num_items, op, h_init, stream=None):
+        d_out[0] = h_init[0] + d_in[:num_items].sum(dtype=np.float64)
+
+    def make_reduce_into(self, *, d_in, d_out, op, h_init, **kwargs):
+        self._record("make_reduce_into", dict(d_in=d_in, d_out=d_out, op=op, h_init=h_init))
+        return self._made("reduce_into", self._reduce)
+
+    def reduce_into(self, *, d_in, d_out, num_items, op, h_init, stream=None, **kwargs):
+        self._record("reduce_into", dict(d_in=d_in, d_out=d_out, num_items=num_items, op=op, h_init=h_init))
+        self._reduce(d_in=d_in, d_out=d_out, num_items=num_items, op=op, h_init=h_init)
+
+    # inclusive_scan: _scan.py make_inclusive_scan(*, d_in, d_out, op, init_value=None,
+    # compute_capability=None), _Scan.__call__(self, *, temp_storage, d_in, d_out, op, init_value,
+    # num_items, stream=None)
+    @staticmethod
+    def _scan(*, d_in, d_out, op, init_value, num_items, stream=None):
+        d_out[:num_items] = init_value[0] + np.cumsum(d_in[:num_items], dtype=np.float64)
+
+    def make_inclusive_scan(self, *, d_in, d_out, op, init_value=None, compute_capability=None):
+        self._record("make_inclusive_scan", dict(d_in=d_in, d_out=d_out, op=op, init_value=init_value))
+        return self._made("inclusive_scan", self._scan)
+
+    def inclusive_scan(self, *, d_in, d_out, op, init_value=None, num_items, stream=None):
+        self._record("inclusive_scan", dict(d_in=d_in, d_out=d_out, op=op, init_value=init_value,
+                                            num_items=num_items))
+        self._scan(d_in=d_in, d_out=d_out, op=op, init_value=init_value, num_items=num_items)
+
+    # segmented_reduce: _segmented_reduce.py make_segmented_reduce(*, d_in, d_out, start_offsets_in,
+    # end_offsets_in, op, h_init, compute_capability=None), _SegmentedReduce.__call__(self, *,
+    # temp_storage, d_in, d_out, num_segments, start_offsets_in, end_offsets_in, op, h_init,
+    # max_segment_size=None, stream=None)
+    @staticmethod
+    def _segmented(*, d_in, d_out, num_segments, start_offsets_in, end_offsets_in, op, h_init,
+                   max_segment_size=None, stream=None):
+        for i in range(num_segments):
+            d_out[i] = h_init[0] + d_in[start_offsets_in[i]:end_offsets_in[i]].sum(dtype=np.float64)
+
+    def make_segmented_reduce(self, *, d_in, d_out, start_offsets_in, end_offsets_in, op, h_init,
+                              compute_capability=None):
+        self._record("make_segmented_reduce", dict(d_in=d_in, d_out=d_out, start_offsets_in=start_offsets_in,
+                                                   end_offsets_in=end_offsets_in, op=op, h_init=h_init))
+        return self._made("segmented_reduce", self._segmented)
+
+    def segmented_reduce(self, *, d_in, d_out, num_segments, start_offsets_in, end_offsets_in, op, h_init,
+                         max_segment_size=None, stream=None):
+        kw = dict(d_in=d_in, d_out=d_out, num_segments=num_segments, start_offsets_in=start_offsets_in,
+                  end_offsets_in=end_offsets_in, op=op, h_init=h_init)
+        self._record("segmented_reduce", kw)
+        self._segmented(**kw)
+
+
+def test_fake_compute_matches_cccl_signatures():
+    """The fake's functions take keywords only, as 1.1.1's (nothing positional)."""
+    fake = FakeCompute()
+    for name in ("reduce_into", "make_reduce_into", "inclusive_scan", "make_inclusive_scan",
+                 "segmented_reduce", "make_segmented_reduce"):
+        params = inspect.signature(getattr(fake, name)).parameters.values()
+        assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params), name
+    with pytest.raises(TypeError, match="positional"):
+        fake.reduce_into(np.zeros(4), d_out=np.zeros(1), num_items=4, op=fake.OpKind.PLUS, h_init=np.zeros(1))
+
+
+def test_cuda_compute_peers_call_keywords_only():
+    """Every cuda.compute peer, against the fake module injected through probe's importer:
+    GPU time from the made object (its temp storage sized by one temp_storage=None query,
+    then allocated once), per-call host time from the one-shot function; results checked."""
+    import importlib
+    fake = FakeCompute()
+
+    def importer(name):
+        if name == "cuda.compute":
+            return fake
+        if name.split(".")[0] in ("torch", "cupy"):
+            raise ModuleNotFoundError("No module named %r" % name)
+        return importlib.import_module(name)
+    env = B.probe(importer=importer)
+    assert env.get("cuda.compute") is fake
+    settings = T.Settings(target_s=0.001, min_reps=2, max_reps=4, max_case_s=1.0, warmup=1, est_reps=2,
+                          call_target_s=0.001, call_min=3, call_max=5, call_repeats=2, buffer_cap=2)
+    expected = {"reduce": ("reduce_into", {"d_in", "d_out", "num_items", "op", "h_init"}),
+                "scan": ("inclusive_scan", {"d_in", "d_out", "op", "init_value", "num_items"}),
+                "segmented": ("segmented_reduce", {"d_in", "d_out", "num_segments", "start_offsets_in",
+                                                   "end_offsets_in", "op", "h_init"})}
+    for suite, (name, keywords) in expected.items():
+        fake.calls.clear()
+        fake.temp_storage.clear()
+        cases = S.build_cases(suite, env, only=["cuda.compute"])
+        cases = [c for c in cases if any(x.lib == "cuda.compute" for x in c.candidates)][:1]
+        res = RU.run_suite(suite, cases, NumpyBackend(), env, [10], settings, progress=False, ceiling=False)
+        rec = next(r for r in res["records"] if r["lib"] == "cuda.compute")
+        assert rec["status"] == "ok" and rec["call_us"] > 0, rec
+        called = {n: [kw for m, kw in fake.calls if m == n] for n, _ in fake.calls}
+        assert len(called["make_" + name]) == 1 and len(called["query." + name]) == 1   # built, sized once
+        assert called["query." + name][0] == called["made." + name][0] == called[name][0] == tuple(sorted(keywords))
+        # the first call (checked), warm-up and events: the made object, one temp storage
+        assert len(called["made." + name]) == 1 + settings.warmup + settings.est_reps + rec["reps"]
+        assert len(fake.temp_storage) == 1
+        # the per-call loops (10 calls to size them, then call_repeats loops): the one-shot
+        assert len(called[name]) == 10 + settings.call_repeats * rec["calls"]
+
 def _rec(case, label, role, k, gpu, call=None, status="ok", note="", bpe=4):
     n = 1 << k
     r = {"case": case, "label": label, "lib": label.split(".")[0], "role": role, "log2n": k, "n": n,
@@ -567,45 +819,67 @@ def test_progress_without_tqdm(monkeypatch):
 
 
 # --- real cufold calls through Numba (the simulator without a GPU) --------------------------------
-def test_cufold_candidates_through_numba():
+class NumbaBackend(NumpyBackend):
+    name = "numba"
+    cufold_input = "numba"
+
+    def __init__(self):
+        from numba import cuda
+        self.cuda = cuda
+        self.clock = T.WallClock(cuda.synchronize)
+
+    def sync(self):
+        self.cuda.synchronize()
+
+    def upload(self, h):
+        return self.cuda.to_device(np.ascontiguousarray(h))
+
+    def empty_like(self, a, dtype=None):
+        return self.cuda.device_array(a.shape, dtype=dtype or a.dtype)
+
+    def fetch(self, obj, idx=None):
+        if isinstance(obj, tuple):
+            return tuple(self.fetch(o) for o in obj)
+        return obj.copy_to_host() if hasattr(obj, "copy_to_host") else np.asarray(obj)
+
+
+def _measure_cufold_once(cases, log2n):
+    """Each cufold candidate of ``cases`` made, called once, checked and timed once."""
     import cufold
-    from numba import cuda
-    if not callable(getattr(cufold, "sum", None)) or not callable(getattr(cufold, "mean_var", None)):
-        pytest.skip("cufold.sum / cufold.mean_var not there yet")
-
-    class NumbaBackend(NumpyBackend):
-        name = "numba"
-        cufold_input = "numba"
-
-        def sync(self):
-            cuda.synchronize()
-
-        def upload(self, h):
-            return cuda.to_device(np.ascontiguousarray(h))
-
-        def empty_like(self, a, dtype=None):
-            return cuda.device_array(a.shape, dtype=dtype or a.dtype)
-
-        def fetch(self, obj, idx=None):
-            if isinstance(obj, tuple):
-                return tuple(self.fetch(o) for o in obj)
-            return obj.copy_to_host() if hasattr(obj, "copy_to_host") else np.asarray(obj)
-
     env = B.Env()
     env.modules["cufold"] = cufold
     backend = NumbaBackend()
-    backend.clock = T.WallClock(cuda.synchronize)
     settings = T.Settings(target_s=1e-9, min_reps=1, max_reps=1, max_case_s=1e9, warmup=0, est_reps=1,
                           call_max_log2=-1,
                           buffer_cap=2)
-    cases = [c for c in S.reduce_cases(env, ("float32",)) if c.id in ("sum/float32", "mean_var/float32")]
-    data = RU.DataCache(backend, 1 << 10, 4096, settings, 10)
-    for case in cases:
-        cand = case.candidates[0]
-        assert cand.role == "cufold"
-        rec = RU.measure_candidate(backend, env, case, cand, data, settings)
+    data = RU.DataCache(backend, 1 << log2n, 4096, settings, log2n)
+    recs = []
+    for case in cases(env):
+        for cand in case.candidates:
+            if cand.role == "cufold":
+                recs.append(RU.measure_candidate(backend, env, case, cand, data, settings))
+    return recs
+
+
+def test_cufold_candidates_through_numba():
+    import cufold
+    if not callable(getattr(cufold, "sum", None)) or not callable(getattr(cufold, "mean_var", None)):
+        pytest.skip("cufold.sum / cufold.mean_var not there yet")
+    recs = _measure_cufold_once(lambda env: [c for c in S.reduce_cases(env, ("float32",))
+                                             if c.id in ("sum/float32", "mean_var/float32")], 10)
+    assert [r["label"] for r in recs] == ["cufold.sum", "cufold.mean_var"]
+    for rec in recs:
         assert rec["status"] == "ok", rec
         assert rec["reps"] == 1 and rec["buffers"] == 2
+
+
+def test_calls_rows_of_cufold_through_numba():
+    """Every cufold candidate of the calls suite runs and passes its check (2^6 elements:
+    8 x 8 matrices, 64 segments, keys of 10 items)."""
+    recs = _measure_cufold_once(lambda env: S.build_cases("calls", env), 6)
+    assert len(recs) == 17
+    for rec in recs:
+        assert rec["status"] == "ok", rec
 
 
 def test_per_call_loops_take_turns():

@@ -13,7 +13,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="seed 002's reduce and scan demonstration")
     demo.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
-    sub.add_parser("bench", help="benchmarks: python -m cufold bench {reduce,scan,bykey,hist} --help")
+    sub.add_parser("bench", help="benchmarks: python -m cufold bench {reduce,scan,bykey,hist,segmented,calls} --help")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run

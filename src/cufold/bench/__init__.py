@@ -1,28 +1,45 @@
 """``python -m cufold bench SUITE``: cufold against what a user would pick instead.
 
-Suites: ``reduce`` (sum f32/f64/i32 vs torch.sum, cupy.sum with CUB, Numba's
-``cuda.reduce``, ``cuda.compute.reduce_into``; argmax and mean+var f32 vs torch
-and CuPy; every ``cufold.algorithms("reduce")`` on sum f32), ``scan``
-(inclusive scan / cumsum i32/f32 vs torch.cumsum, cupy.cumsum,
-``cuda.compute.inclusive_scan``, every ``cufold.algorithms("scan")``, and a
-device-to-device copy as the bandwidth ceiling), ``bykey`` and ``hist``
-(not implemented yet).
+Suites (``python -m cufold bench list``):
+
+``reduce``     sum f32/f64/i32 vs torch.sum, cupy.sum with CUB, Numba's ``cuda.reduce``,
+               ``cuda.compute.reduce_into``; argmax and mean+var f32 vs torch and CuPy
+``scan``       inclusive scan / cumsum i32/f32 vs torch.cumsum, cupy.cumsum,
+               ``cuda.compute.inclusive_scan``, a device-to-device copy as the ceiling
+``hist``       histogram f32 / bincount i32 vs torch and CuPy (:mod:`.hist`)
+``segmented``  segmented sum vs torch.segment_reduce, cupyx CSR, ``cuda.compute.segmented_reduce``
+``bykey``      seed 001's box, reduce_by_key_into vs torch/cupyx (:mod:`.bykey`, its own driver)
+``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
+
+**Default run and --full.** A suite's default run takes under 4 minutes on an
+H100/H200: sizes 2^10, 2^14, 2^18, 2^20, 2^24, 2^28 (``hist`` 2^20 and 2^26,
+``segmented`` up to 2^24, ``calls`` 2^10, 2^12, ..., 2^20), no studies, 0.1 s of
+CUDA events per (candidate, size) (at most 1000 calls) and per-call loops of
+0.03 s. ``--full`` is the full sweep: every size from 2^10 to 2^28 (``calls`` to
+2^20, ``segmented`` to 2^24), the studies (every ``cufold.algorithms(...)`` on
+reduce, scan and the histograms) and 0.25 s of events (at most 2000 calls); tens
+of minutes a suite. ``--dry-run`` prints what would run and an estimate of the
+time (:data:`~.timing.ESTIMATE`: first calls, events, per-call loops, inputs).
+``cuda.compute`` is timed as cuda-cccl 1.1.1 is called (keyword arguments only):
+the GPU time of the object ``make_*`` builds with its temp storage allocated once,
+the per-call time of the one-shot function.
 
 Examples::
 
-    python -m cufold bench reduce                     # 2^10..2^28, all dtypes
-    python -m cufold bench scan --quick               # a few sizes, few reps
+    python -m cufold bench reduce                     # the default run (< 4 minutes)
+    python -m cufold bench reduce --full              # 2^10..2^28, every algorithm
+    python -m cufold bench scan --quick               # default sizes, few reps
     python -m cufold bench reduce --sizes 20:28:2 --dtypes float32 --only cufold,torch
-    python -m cufold bench reduce --cases sum,argmax --out /tmp/r
-    python -m cufold bench reduce --dry-run           # what would run; no GPU needed
+    python -m cufold bench reduce --full --cases alg --sizes 20,24   # one study
+    python -m cufold bench calls --dry-run            # what would run, and for how long; no GPU needed
     python -m cufold bench report bench/results/reduce-...   # re-print and re-plot a results.json
 
 Output: a progress bar on stderr; on stdout a table per case (µs per call,
 GB/s, ratio to the best peer; see :mod:`cufold.bench.report` for which time
 is used) and the suite's targets (PASS/MISS); in ``--out`` (default
 ``bench/results/<suite>-<gpu>-<date>``): ``results.json`` (every number,
-device, versions, L2 size, copy bandwidth), ``table.txt``, ``bandwidth.png``
-and ``call.png``.
+device, versions, L2 size, copy bandwidth, the estimate), ``table.txt``,
+``bandwidth.png`` and ``call.png``.
 
 Exit status: 0, or 1 if any result mismatched its reference, 2 on usage
 errors or when there is no GPU to run on.
@@ -35,14 +52,18 @@ import datetime
 import os
 import sys
 
+import numpy as np
+
 from . import report as R
 from . import suites as S
-from .timing import Settings, parse_list, parse_sizes, rotation_count
+from .timing import Settings, estimate_seconds, parse_list, parse_sizes, rotation_count
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "estimate", "DEFAULT_BUDGET_S"]
 
-QUICK_SIZES = "10,14,18,20,24,28"
-DEFAULT_SIZES = "10:28"
+#: What a suite's default run may take on an H100/H200 (its dry run's estimate).
+DEFAULT_BUDGET_S = 240.0
+#: The L2 size the dry run assumes (an H100's, about an H200's).
+PLAN_L2_BYTES = 50 << 20
 
 
 def build_parser():
@@ -53,14 +74,19 @@ def build_parser():
                "'python -m cufold bench list' lists suites and cases.")
     p.add_argument("suite", choices=sorted(S.SUITES), help="what to time")
     p.add_argument("--sizes", default=None,
-                   help="log2 element counts: 10:28 (default), 10:28:2, or 10,16,20 (quick: %s)" % QUICK_SIZES)
+                   help="log2 element counts: 10:28, 10:28:2, or 10,16,20 (default: the suite's, "
+                        "see 'list'; --full: 10:28, calls 10:20)")
     p.add_argument("--dtypes", default=None, help="comma list of float32,float64,int32 (default: the suite's)")
     p.add_argument("--cases", default=None,
                    help="comma list of case ops: sum, argmax, mean_var (var), reduce-alg, scan, scan-alg, alg")
     p.add_argument("--only", default=None,
                    help="comma list of libraries (cufold, torch, cupy, numba, cuda.compute) or label "
                         "prefixes (cufold.reduce[); the copy ceiling is always kept")
-    p.add_argument("--quick", action="store_true", help="few sizes and few reps (a smoke run)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true",
+                      help="the full sweep: every size, every cufold algorithm (the studies), "
+                           "0.25 s of events per point (tens of minutes)")
+    mode.add_argument("--quick", action="store_true", help="the default sizes with few reps (a smoke run)")
     p.add_argument("--out", default=None, help="output directory (default bench/results/<suite>-<gpu>-<date>)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -71,9 +97,11 @@ def build_parser():
                    help="array library of cufold's inputs (default: torch if usable, else cupy, else numba)")
     g = p.add_argument_group("timing")
     g.add_argument("--target-time", type=float, default=None,
-                   help="event-timed seconds per (candidate, size) (default 0.25; quick 0.03)")
+                   help="event-timed seconds per (candidate, size) (default 0.1; full 0.25; quick 0.03; "
+                        "calls 0.01)")
     g.add_argument("--min-reps", type=int, default=None, help="at least this many timed calls (default 20)")
-    g.add_argument("--max-reps", type=int, default=None, help="at most this many timed calls (default 2000)")
+    g.add_argument("--max-reps", type=int, default=None,
+                   help="at most this many timed calls (default 1000; full 2000)")
     g.add_argument("--call-max", type=int, default=None,
                    help="measure wall-clock per-call time up to 2^CALL_MAX elements (default 20)")
     g.add_argument("--buffers-cap", type=int, default=None, help="max rotation buffers (default 64)")
@@ -83,8 +111,12 @@ def build_parser():
     return p
 
 
-def _settings(args):
-    s = Settings.quick() if args.quick else Settings()
+def _settings(args, suite=None):
+    """The run's settings: the mode's (default, --full, --quick), then the suite's own,
+    then the options given."""
+    s = Settings.quick() if args.quick else Settings() if args.full else Settings.short()
+    for attr, val in (suite.settings if suite else {}).items():
+        setattr(s, attr, val)
     for attr, val in (("target_s", args.target_time), ("min_reps", args.min_reps), ("max_reps", args.max_reps),
                       ("call_max_log2", args.call_max), ("buffer_cap", args.buffers_cap), ("seed", args.seed)):
         if val is not None:
@@ -94,6 +126,28 @@ def _settings(args):
     return s
 
 
+def _data_bytes(cases, sizes, settings, l2=PLAN_L2_BYTES):
+    """Bytes of the rotation buffers the run generates (one set per dtype and distribution)."""
+    kinds = {(np.dtype(c.dtype).itemsize, c.dtype, c.dist) for c in cases}
+    return sum(rotation_count(it << k, l2, settings.l2_factor, settings.buffer_cap) * (it << k)
+               for k in sizes for it, _, _ in kinds)
+
+
+def estimate(cases, sizes, settings):
+    """:func:`~.timing.estimate_seconds` of a run of ``cases`` at ``sizes``. Every candidate
+    counts, also one this machine cannot run (the GPU machine has its library)."""
+    cands = [(c, cand) for c in cases for cand in c.candidates]
+    first_calls = {(cand.lib, cand.label, c.dtype) for c, cand in cands}
+    calls = sum(1 for k in sizes if k <= settings.call_max_log2)
+    return estimate_seconds(settings, len(sizes) * len(cands), calls * len(cands),
+                            [lib for lib, _, _ in first_calls], _data_bytes(cases, sizes, settings))
+
+
+def format_estimate(parts):
+    return "estimate: %.0f s on an H100/H200 (%s; model: cufold.bench.timing.ESTIMATE)\n" % (
+        parts["total"], ", ".join("%s %.0f" % (k, v) for k, v in parts.items() if k != "total"))
+
+
 def _print_plan(suite, cases, env, sizes, settings, out):
     w = out.write
     w("cufold bench %s: plan (dry run)\n" % suite)
@@ -101,7 +155,7 @@ def _print_plan(suite, cases, env, sizes, settings, out):
     if env.simulator:
         w("note: NUMBA_ENABLE_CUDASIM=1 -- a real run needs a GPU\n")
     w("sizes: %s\n" % ", ".join("2^%d" % k for k in sizes))
-    l2 = 50 << 20
+    l2 = PLAN_L2_BYTES
     w("buffers per size (float32, for a 50 MiB L2): %s\n" % ", ".join(
         "2^%d:%d" % (k, rotation_count(4 << k, l2, settings.l2_factor, settings.buffer_cap)) for k in sizes))
     total = 0
@@ -113,6 +167,7 @@ def _print_plan(suite, cases, env, sizes, settings, out):
             w("  %-8s %-32s %s\n" % (cand.role, cand.label, state))
             total += len(sizes)
     w("measurements: %d\n" % total)
+    w(format_estimate(estimate(cases, sizes, settings)))
     tg = S.SUITES[suite].targets
     if tg:
         w("targets:\n" + "".join("  %s (%s %s)\n" % (t["name"], t["cmp"], t["threshold"]) for t in tg))
@@ -181,26 +236,25 @@ def main(argv=None, stdout=None, stderr=None):
         return bykey_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "list":
         for name, s in S.SUITES.items():
-            out.write("%-7s %s\n" % (name, s.doc))
+            sizes = "" if s.build is None else "; sizes 2^(%s), --full 2^(%s)" % (s.default_sizes, s.full_sizes)
+            out.write("%-9s %s%s\n" % (name, s.doc, sizes))
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     suite = S.SUITES[args.suite]
-    if suite.build is None:
-        out.write("cufold bench %s: not implemented yet\n" % args.suite)
-        return 0
     try:
-        sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))
-        settings = _settings(args)
+        sizes = parse_sizes(args.sizes or (suite.full_sizes if args.full else suite.default_sizes))
+        settings = _settings(args, suite)
         from . import backends
         env = backends.probe(cupy_accelerators=args.cupy_accelerators)
         cases = S.build_cases(args.suite, env, parse_list(args.dtypes), parse_list(args.cases),
-                              parse_list(args.only))
+                              parse_list(args.only), full=args.full)
     except ValueError as e:
         err.write("%s\n" % e)
         return 2
     if not cases:
-        err.write("cufold bench %s: nothing to run (check --dtypes/--cases/--only)\n" % args.suite)
+        err.write("cufold bench %s: nothing to run (check --dtypes/--cases/--only; the algorithm "
+                  "studies run with --full)\n" % args.suite)
         return 2
     if args.dry_run:
         _print_plan(args.suite, cases, env, sizes, settings, out)
@@ -234,7 +288,7 @@ def main(argv=None, stdout=None, stderr=None):
     results = run_suite(args.suite, cases, backend, env, sizes, settings, progress=not args.no_progress,
                         log=err, device_info=info, ceiling=not args.no_ceiling, checkpoint=save,
                         meta_extra={"argv": argv, "command": "python -m cufold bench " + " ".join(argv),
-                                    "out_dir": out_dir})
+                                    "out_dir": out_dir, "estimate_s": estimate(cases, sizes, settings)})
     out.write(save(results) + "\n")
     files = ["results.json", "table.txt"]
     if not args.no_plot:

@@ -51,10 +51,10 @@ import numpy as np
 from . import report as R
 from .backends import Skip
 from .runner import time_events
-from .timing import Settings
+from .timing import Settings, estimate_seconds
 
 __all__ = ["ORDERS", "TARGETS", "box_keys", "box_values", "candidates", "measure", "format_results",
-           "evaluate", "main", "build_parser"]
+           "evaluate", "estimate", "main", "build_parser"]
 
 ORDERS = ("ordered", "shifted", "random")
 #: speedup of cufold's automatic choice over the best peer, per order.
@@ -294,6 +294,13 @@ def measure(cand, ctx, ref, settings, bytes_moved):
     return rec
 
 
+def estimate(orders, cands, n, settings):
+    """:func:`~.timing.estimate_seconds` of a run: every candidate on every order, with
+    int32 and int64 keys, values and run lengths of ``n`` items an order."""
+    return estimate_seconds(settings, len(orders) * len(cands), 0, [c.lib for c in cands],
+                            len(orders) * n * (4 + 8 + 8 + 8))
+
+
 def best_peer(records, order):
     best = (None, None)
     for r in records:
@@ -422,7 +429,9 @@ def build_parser():
     p.add_argument("--key-dtype", choices=("int32", "int64"), default="int32",
                    help="keys of cufold, index_add_ and cupyx (scatter_reduce_ always gets int64)")
     p.add_argument("--only", default=None, help="comma list of libraries (cufold, torch, cupy) or label prefixes")
-    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true", help="the same as the default (one box, every candidate)")
+    mode.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
     p.add_argument("--out", default=None, help="output directory (default bench/results/bykey-<gpu>-<date>)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="print what would run and exit (no GPU needed)")
@@ -475,11 +484,12 @@ def main(argv=None, stdout=None, stderr=None):
                   % (args.side, args.per_cell, n, args.key_dtype, ", ".join(orders)))
         if why:
             out.write("cufold: %s\n" % why)
-        for c in candidates(algs):
-            if only and not any(c.lib == o or c.label.startswith(o) for o in only):
-                continue
+        cands = [c for c in candidates(algs) if not only or any(c.lib == o or c.label.startswith(o) for o in only)]
+        for c in cands:
             state = "will run" if env.has(c.lib) else "skipped: %s" % env.skipped.get(c.lib, "unavailable")
             out.write("  %-7s %-40s %s\n" % (c.role, c.label, state))
+        from . import format_estimate
+        out.write(format_estimate(estimate(orders, cands, n, settings)))
         out.write("targets:\n" + "".join("  %s keys: %s vs best peer (>= %g)\n" % (o, AUTO, TARGETS[o])
                                          for o in orders))
         return 0

@@ -5,12 +5,12 @@
 on int32 against ``torch.bincount`` and ``cupy.bincount``, for 64, 1024 and
 65536 bins, on *uniform* data (the suite's uniform [-1, 1) floats; ``k`` their
 bin) and *skewed* data (``u**5``: a quarter of the items in the central 1/1000
-of the range, so warps hold many equal bins), plus each cufold algorithm
-(``cufold.histogram[shared_match]`` ...; the shared ones skip 65536 bins). Sizes:
-the suite's sizes; the issue asks for 2^20 and 2^26 (``--sizes 20,26``). No
-target yet: the table reports the ratios. cufold must match NumPy exactly;
-peers are checked loosely (torch.histc bins by its own float arithmetic, so
-items within an ulp of an edge may land in the neighbouring bin).
+of the range, so warps hold many equal bins), and with ``--full`` each cufold
+algorithm (``cufold.histogram[shared_match]`` ...; the shared ones skip 65536 bins).
+Sizes: the issue's 2^20 and 2^26 (``--full``: 2^10..2^28). No target yet: the
+table reports the ratios. cufold must match NumPy exactly; peers are checked loosely
+(torch.histc bins by its own float arithmetic, so items within an ulp of an edge may
+land in the neighbouring bin).
 
 ``segmented``: ``2^k`` segments of 10 float32 values (``2^20``: the issue's
 "1M segments of 10 values") summed by ``cufold.segmented_reduce(values,
@@ -20,7 +20,8 @@ merge-based SpMV with CuPy's CUB accelerator) and ``cuda.compute.segmented_reduc
 (CUB's ``DeviceSegmentedReduce``, a block per segment). Bytes moved per
 segment: 10 values, one int64 offset, one result (52). Values are on the 1/256
 grid, so every sum is exact. Sizes above 2^24 segments are skipped (10 x 2^24
-values are 640 MiB). Target: at 2^20 segments, at least 10x torch.segment_reduce.
+values are 640 MiB; default sizes 2^10, 2^14, 2^18, 2^20, 2^24, ``--full`` every one from
+2^10 to 2^24). Target: at 2^20 segments, at least 10x torch.segment_reduce.
 
 Everything is imported on use, ``suites`` included (it imports this module).
 """
@@ -50,11 +51,12 @@ __all__ = ["hist_cases", "segmented_cases", "HIST_TARGETS", "SEGMENTED_TARGETS",
 
 HIST_BINS = (64, 1024, 65536)
 DISTS = ("uniform", "skewed")
+RANGE = (-1.0, 1.0)   # the histograms' range: the suite's uniform floats
 SEGMENT_LENGTH = 10
 MAX_SEGMENTS_LOG2 = 24
 
 HIST_DOC = ("histogram f32 / bincount i32, 64/1024/65536 bins, uniform and skewed data, vs torch.histc/"
-            "bincount and cupy.histogram/bincount (--sizes 20,26)")
+            "bincount and cupy.histogram/bincount (--full: every cufold algorithm)")
 SEGMENTED_DOC = ("segmented sum of 2^k segments x 10 float32 vs torch.segment_reduce, cupyx CSR row sums, "
                  "cuda.compute.segmented_reduce (target at 2^20)")
 
@@ -102,16 +104,21 @@ def _host_data(host_x, dist, bins=None):
     return np.clip(k, 0, bins - 1).astype(np.int32)
 
 
+def _cached(ctx, key, build):
+    """``build()``, once per size's inputs (device data derived from them)."""
+    cache = ctx.inputs.__dict__.setdefault("_cufold_derived", {})
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def _derived(ctx, dist, bins=None):
     """Device buffers (one per rotation buffer, all of the same data) of the derived
     input, cached on the size's inputs; primaries of the backend's library."""
-    cache = ctx.inputs.__dict__.setdefault("_cufold_derived", {})
-    key = (dist, bins)
-    got = cache.get(key)
-    if got is None:
+    def build():
         host = np.ascontiguousarray(_host_data(ctx.inputs.host0, dist, bins))
-        got = cache[key] = [ctx.backend.upload(host) for _ in range(ctx.inputs.count)]
-    return got
+        return [ctx.backend.upload(host) for _ in range(ctx.inputs.count)]
+    return _cached(ctx, (dist, bins), build)
 
 
 def _views(ctx, prims, kind):
@@ -123,14 +130,14 @@ def _views(ctx, prims, kind):
 _REFS = {}
 
 
-def _reference(host_x, kind, dist, bins):
-    key = (id(host_x), host_x.size, kind, dist, bins)
+def _reference(host_x, kind, dist, bins, span):
+    key = (id(host_x), host_x.size, kind, dist, bins, span)
     ref = _REFS.get(key)
     if ref is None:
         if len(_REFS) > 16:
             _REFS.clear()
         if kind == "histogram":
-            ref = np.histogram(_host_data(host_x, dist), bins, range=(-1, 1))[0]
+            ref = np.histogram(_host_data(host_x, dist), bins, range=span)[0]
         else:
             ref = np.bincount(_host_data(host_x, dist, bins), minlength=bins)
         _REFS[key] = ref
@@ -141,10 +148,10 @@ def _first(got):
     return got[0] if isinstance(got, tuple) else got
 
 
-def _check_counts(kind, dist, bins, exact):
+def _check_counts(kind, dist, bins, exact, span=RANGE):
     def check(got, c):
         g = np.asarray(_first(got)).reshape(-1)
-        ref = _reference(c.host_x, kind, dist, bins)
+        ref = _reference(c.host_x, kind, dist, bins, span)
         if g.shape != ref.shape:
             return False, "shape %s, expected %s" % (g.shape, ref.shape)
         diff = np.abs(g.astype(np.float64) - ref)
@@ -166,7 +173,7 @@ def _check_counts(kind, dist, bins, exact):
 
 # --- histogram / bincount candidates -------------------------------------------------------------------
 
-def _cf_hist(kind, dist, bins, algorithm=None):
+def _cf_hist(kind, dist, bins, algorithm=None, span=RANGE):
     module = "histogram"
 
     def make(ctx):
@@ -175,14 +182,14 @@ def _cf_hist(kind, dist, bins, algorithm=None):
         prims = _derived(ctx, dist, None if kind == "histogram" else bins)
         args = _views(ctx, prims, "cufold")
         if kind == "histogram":
-            g = functools.partial(f, bins=bins, range=(-1.0, 1.0), **kw)
+            g = functools.partial(f, bins=bins, range=span, **kw)
         else:
             g = functools.partial(f, minlength=bins, **kw)
         return S.Prepared(g, args)
     return make
 
 
-def _peer_hist(lib, kind, dist, bins):
+def _peer_hist(lib, kind, dist, bins, span=RANGE):
     """torch.histc / torch.bincount or cupy.histogram / cupy.bincount over the same inputs."""
     def make(ctx):
         mod = ctx.mod(lib)
@@ -191,9 +198,9 @@ def _peer_hist(lib, kind, dist, bins):
         if kind == "bincount":
             g = functools.partial(mod.bincount, minlength=bins)
         elif lib == "torch":
-            g = functools.partial(mod.histc, bins=bins, min=-1.0, max=1.0)
+            g = functools.partial(mod.histc, bins=bins, min=span[0], max=span[1])
         else:
-            g = functools.partial(mod.histogram, bins=bins, range=(-1.0, 1.0))
+            g = functools.partial(mod.histogram, bins=bins, range=span)
         return S.Prepared(g, args)
     return make
 
@@ -203,7 +210,7 @@ def _hist_case(kind, dist, bins):
     loose = _check_counts(kind, dist, bins, False)
     name = "cufold." + kind
     cands = [S.Candidate(name, "cufold", "cufold", _cf_hist(kind, dist, bins))]
-    cands += [S.Candidate("%s[%s]" % (name, a), "cufold", "cufold", _cf_hist(kind, dist, bins, a))
+    cands += [S.Candidate("%s[%s]" % (name, a), "cufold", "cufold", _cf_hist(kind, dist, bins, a), study=True)
               for a in _algorithms("histogram")]
     if kind == "histogram":
         cands += [S.Candidate("torch.histc", "torch", "peer", _peer_hist("torch", kind, dist, bins), check=loose),
@@ -252,14 +259,11 @@ def _segment_buffers(ctx):
     n = ctx.n
     if n > 1 << MAX_SEGMENTS_LOG2:
         raise Skip("more than 2^%d segments (%d values)" % (MAX_SEGMENTS_LOG2, SEGMENT_LENGTH * n))
-    cache = ctx.inputs.__dict__.setdefault("_cufold_derived", {})
-    got = cache.get("segments")
-    if got is None:
+    def build():
         values, offsets = _segment_host(n)
         count = max(1, min(ctx.inputs.count, -(-(ctx.inputs.count - 1) * 4 // 52) + 1))
-        got = cache["segments"] = [(ctx.backend.upload(values), ctx.backend.upload(offsets))
-                                   for _ in range(count)]
-    return got
+        return [(ctx.backend.upload(values), ctx.backend.upload(offsets)) for _ in range(count)]
+    return _cached(ctx, "segments", build)
 
 
 def _pairs(ctx, kind):
@@ -318,21 +322,11 @@ def _cupyx_csr(ctx):
 
 def _cc_segmented(ctx):
     cc = ctx.mod("cuda.compute")
-    fn = getattr(cc, "segmented_reduce", None)
-    if fn is None:
-        raise Skip("cuda.compute.segmented_reduce missing")
-    kind = "cupy" if ctx.env.has("cupy") else "primary"
-    pairs = _pairs(ctx, kind)
-    outs = [ctx.backend.empty_like(o[:-1], dtype="float32") for _, o in pairs]
-    h_init = np.zeros(1, dtype=np.float32)
-    op = S._cc_plus(cc)
-    n = ctx.n
-    args = [(v, o[:-1], o[1:], out) for (v, o), out in zip(pairs, outs)]
-
-    def call(a):
-        fn(a[0], a[3], a[1], a[2], op, h_init, n)
-        return a[3]
-    return S.Prepared(call, args)
+    buffers = [{"d_in": v, "d_out": ctx.backend.empty_like(o[:-1], dtype="float32"),
+                "start_offsets_in": o[:-1], "end_offsets_in": o[1:]}
+               for v, o in _pairs(ctx, S._cc_view_kind(ctx))]
+    return S.cc_prepared(ctx, "segmented_reduce", buffers, {"num_segments": ctx.n}, op=cc.OpKind.PLUS,
+                         h_init=np.zeros(1, dtype=np.float32))
 
 
 def segmented_cases(env, dtypes):

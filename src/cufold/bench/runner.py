@@ -10,7 +10,9 @@ Per (case, size, candidate):
    estimate; time ``reps`` calls (:func:`~.timing.choose_reps`) with events,
    rotating over the buffers: ``gpu_us`` = median;
 4. for sizes <= ``2**call_max_log2``: ``call_us`` = median over
-   ``call_repeats`` wall-clock loops of back-to-back calls. The loops of a
+   ``call_repeats`` wall-clock loops of back-to-back calls (of
+   ``Prepared.call_fn`` where the call a user makes is not the timed one:
+   cuda.compute's one-shot functions). The loops of a
    case's candidates at one size take turns (A B C A B C ...), so a drift of
    the host's speed (clocks, other processes) falls on all of them alike and
    their ratios hold.
@@ -212,10 +214,12 @@ def measure_candidate(backend, env, case, cand, data, settings, log=None, call_t
         backend.sync()
         st = time_events(clock, fn, args, settings, rec)
         if data.log2n <= settings.call_max_log2:
-            pre = clock.wall_per_call_us(fn, args, 10)
-            calls = choose_calls(min(pre, st["median"]) * 1e-6, settings.call_target_s, settings.call_min,
+            per_call = prep.call_fn or fn
+            pre = clock.wall_per_call_us(per_call, args, 10)
+            # a call costs at least its GPU time: loops of about call_target_s
+            calls = choose_calls(max(pre, st["median"]) * 1e-6, settings.call_target_s, settings.call_min,
                                  settings.call_max)
-            turn = (rec, fn, args, calls)
+            turn = (rec, per_call, args, calls)
             if call_turns is None:
                 measure_calls(clock, [turn], settings)
             else:

@@ -26,7 +26,7 @@ import numpy as np
 from .backends import Skip
 
 __all__ = ["Candidate", "Case", "Prepared", "Suite", "SUITES", "generate", "build_cases",
-           "reference", "CASE_ALIASES"]
+           "reference", "CASE_ALIASES", "matrix_shape"]
 
 
 # --- data -------------------------------------------------------------------
@@ -46,6 +46,12 @@ def generate(dtype, dist, n, count, seed):
     else:
         raise ValueError("cufold bench: unknown distribution %r" % dist)
     return [block[i * n:(i + 1) * n] for i in range(count)]
+
+
+def matrix_shape(n):
+    """The near-square 2-D shape of ``n`` (a power of two) elements: 2^10 -> (32, 32)."""
+    rows = 1 << (max(int(n), 1).bit_length() - 1) // 2
+    return rows, int(n) // rows
 
 
 def sample_indices(n, full_max=1 << 22, edge=4096, random=1 << 16, seed=7):
@@ -179,6 +185,7 @@ class Prepared:
     fn: Callable                       # timed: fn(arg)
     args: list                         # one per rotation buffer
     result: Optional[Callable] = None  # result(arg) -> value to check (default fn)
+    call_fn: Optional[Callable] = None  # timed per call (wall clock; default fn)
 
 
 @dataclasses.dataclass
@@ -191,6 +198,7 @@ class Candidate:
     check: Callable = None   # overrides the case's check
     skip: str = None         # known at build time
     requires: str = None     # the cufold function it calls (checked at build time)
+    study: bool = False      # a study (every algorithm): runs with --full only
 
 
 @dataclasses.dataclass
@@ -206,6 +214,7 @@ class Case:
     candidates: list
     peers_from: str = None   # algorithm cases: best peer from this case
     sampled: bool = False    # 1-D results: check at sample indices when big
+    matrix: bool = False     # inputs viewed as a matrix_shape(n) matrix
 
     def describe(self):
         return {"id": self.id, "op": self.op, "title": self.title, "dtype": self.dtype, "dist": self.dist,
@@ -223,7 +232,11 @@ class Ctx:
         self.dtype = np.dtype(case.dtype)
 
     def views(self, kind):
-        return self.inputs.views(kind)
+        views = self.inputs.views(kind)
+        if self.case.matrix:
+            shape = matrix_shape(self.n)
+            return [v.reshape(shape) for v in views]
+        return views
 
     def mod(self, lib):
         return self.env.get(lib)
@@ -352,34 +365,49 @@ def numba_reduce(ctx):
 
 
 # cuda.compute ---------------------------------------------------------------------
-def _cc_plus(cc):
-    kind = getattr(cc, "OpKind", None)
-    if kind is not None and hasattr(kind, "PLUS"):
-        return kind.PLUS
-    return lambda a, b: a + b
-
-
 def _cc_view_kind(ctx):
     return "cupy" if ctx.env.has("cupy") else "primary"
+
+
+def cc_prepared(ctx, algorithm, buffers, counts, **fixed):
+    """cuda.compute's ``algorithm`` (``reduce_into``, ``inclusive_scan``,
+    ``segmented_reduce``) with cuda-cccl 1.1.1's keyword-only calls. ``buffers``: one
+    dict of arrays per rotation buffer (``d_in``, ``d_out``, ...), ``counts``: the
+    ``num_items`` / ``num_segments`` keyword, ``fixed``: ``op`` and the initial value.
+
+    GPU time: the object ``make_<algorithm>(...)`` builds, called with temp storage
+    allocated once (as a CUB user does); per-call host time: the one-shot
+    ``cuda.compute.<algorithm>(...)``, which finds the built object in its cache and
+    allocates temp storage on every call (as a Python user does)."""
+    cc = ctx.mod("cuda.compute")
+    one_shot = getattr(cc, algorithm)
+    made = getattr(cc, "make_" + algorithm)(**buffers[0], **fixed)
+    nbytes = made(temp_storage=None, **buffers[0], **counts, **fixed)   # the size query
+    temp = ctx.backend.upload(np.zeros(max(1, int(nbytes)), np.uint8))
+
+    def run_made(b):
+        made(temp_storage=temp, **b, **counts, **fixed)
+        return b["d_out"]
+
+    def run_one_shot(b):
+        one_shot(**b, **counts, **fixed)
+    return Prepared(run_made, buffers, call_fn=run_one_shot)
 
 
 def cc_reduce(ctx):
     cc = ctx.mod("cuda.compute")
     args = ctx.views(_cc_view_kind(ctx))
     out = ctx.backend.empty_like(args[0][:1])
-    h_init = np.zeros(1, dtype=ctx.dtype)
-    f = functools.partial(cc.reduce_into, d_out=out, op=_cc_plus(cc), num_items=ctx.n, h_init=h_init)
-    return Prepared(f, args, _with_out(f, out))
+    return cc_prepared(ctx, "reduce_into", [{"d_in": a, "d_out": out} for a in args], {"num_items": ctx.n},
+                       op=cc.OpKind.PLUS, h_init=np.zeros(1, dtype=ctx.dtype))
 
 
 def cc_scan(ctx):
     cc = ctx.mod("cuda.compute")
     args = ctx.views(_cc_view_kind(ctx))
     out = ctx.backend.empty_like(args[0])
-    h_init = np.zeros(1, dtype=ctx.dtype)
-    f = functools.partial(cc.inclusive_scan, d_out=out, op=_cc_plus(cc), init_value=h_init,
-                          num_items=ctx.n)
-    return Prepared(f, args, _with_out(f, out))
+    return cc_prepared(ctx, "inclusive_scan", [{"d_in": a, "d_out": out} for a in args],
+                       {"num_items": ctx.n}, op=cc.OpKind.PLUS, init_value=np.zeros(1, dtype=ctx.dtype))
 
 
 # copy -----------------------------------------------------------------------------
@@ -448,10 +476,10 @@ def reduce_cases(env, dtypes):
                           ]))
         names, why = _algorithms(env, "reduce")
         if names is None:
-            cands = [Candidate("cufold.reduce[*]", "cufold", "cufold", None, skip=why)]
+            cands = [Candidate("cufold.reduce[*]", "cufold", "cufold", None, skip=why, study=True)]
         else:
-            cands = [Candidate("cufold.reduce[%s]" % a, "cufold", "cufold", cf_reduce_alg(a), requires="reduce")
-                     for a in names]
+            cands = [Candidate("cufold.reduce[%s]" % a, "cufold", "cufold", cf_reduce_alg(a), requires="reduce",
+                               study=True) for a in names]
         cases.append(Case("reduce-alg/float32", "reduce-alg", "sum float32 by cufold reduce algorithm",
                           "float32", "grid", 4, "sum", check_sum, cands, peers_from="sum/float32"))
     return cases
@@ -477,10 +505,10 @@ def scan_cases(env, dtypes):
         cases.append(Case("scan/%s" % dt, "scan", "inclusive scan (+) %s" % dt, dt, "grid", 2 * it, "scan",
                           check_scan, cands, sampled=True))
         if names is None:
-            acands = [Candidate("cufold.inclusive_scan[*]", "cufold", "cufold", None, skip=why)]
+            acands = [Candidate("cufold.inclusive_scan[*]", "cufold", "cufold", None, skip=why, study=True)]
         else:
             acands = [Candidate("cufold.inclusive_scan[%s]" % a, "cufold", "cufold", cf_scan_alg(a),
-                                requires="inclusive_scan") for a in names]
+                                requires="inclusive_scan", study=True) for a in names]
         cases.append(Case("scan-alg/%s" % dt, "scan-alg", "inclusive scan %s by cufold scan algorithm" % dt,
                           dt, "grid", 2 * it, "scan", check_scan, acands, peers_from="scan/%s" % dt,
                           sampled=True))
@@ -519,35 +547,49 @@ SCAN_TARGETS = [
 ]
 
 
+#: log2 sizes of a default run (the 2^28 bandwidth targets and 2^10..2^20 per-call ones
+#: stay covered); ``--full`` sweeps FULL_SIZES.
+DEFAULT_SIZES = "10,14,18,20,24,28"
+FULL_SIZES = "10:28"
+
+
 @dataclasses.dataclass
 class Suite:
     name: str
     dtypes: tuple
-    build: Optional[Callable]      # build(env, dtypes) -> [Case]; None: not implemented
+    build: Optional[Callable]      # build(env, dtypes) -> [Case]; None: its own driver
     targets: list
     doc: str
+    default_sizes: str = DEFAULT_SIZES
+    full_sizes: str = FULL_SIZES
+    settings: dict = dataclasses.field(default_factory=dict)   # Settings fields of every run
 
 
 from . import hist as _hist  # noqa: E402  (the hist and segmented suites live in bench/hist.py)
+from . import calls as _calls  # noqa: E402
 
 SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
-                    "sum (f32/f64/i32), argmax f32, mean+var f32, cufold reduce algorithms on sum f32"),
+                    "sum (f32/f64/i32), argmax f32, mean+var f32 (--full: every cufold reduce algorithm)"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
-                  "inclusive scan / cumsum (i32/f32), cufold scan algorithms, device copy as ceiling"),
+                  "inclusive scan / cumsum (i32/f32), device copy as ceiling (--full: every scan algorithm)"),
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
-    "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC),
+    "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC,
+                  default_sizes="20,26", full_sizes="10:28"),
     "segmented": Suite("segmented", ("float32",), _hist.segmented_cases, _hist.SEGMENTED_TARGETS,
-                       _hist.SEGMENTED_DOC),
+                       _hist.SEGMENTED_DOC, default_sizes="10,14,18,20,24", full_sizes="10:24"),
+    "calls": Suite("calls", ("float32",), _calls.calls_cases, _calls.CALLS_TARGETS, _calls.CALLS_DOC,
+                   default_sizes="10,12,14,16,18,20", full_sizes="10:20", settings=_calls.CALLS_SETTINGS),
 }
 
 CASE_ALIASES = {"var": "mean_var", "mean": "mean_var", "meanvar": "mean_var", "algorithms": "alg",
                 "algs": "alg", "cumsum": "scan"}
 
 
-def build_cases(suite, env, dtypes=None, cases=None, only=None):
+def build_cases(suite, env, dtypes=None, cases=None, only=None, full=False):
     """The suite's cases for ``dtypes``, keeping case ops in ``cases`` and
-    candidates whose lib or label prefix is in ``only`` (ceilings always kept)."""
+    candidates whose lib or label prefix is in ``only`` (ceilings always kept);
+    the studies (every cufold algorithm) only when ``full``."""
     s = SUITES[suite]
     dts = tuple(dtypes) if dtypes else s.dtypes
     bad = [d for d in dts if d not in ("float32", "float64", "int32")]
@@ -561,11 +603,12 @@ def build_cases(suite, env, dtypes=None, cases=None, only=None):
             return (c.op in want or c.id in want
                     or ("alg" in want and c.op.endswith("-alg")))
         out = [c for c in out if keep_case(c)]
-    if only:
-        def keep(cand):
-            return cand.role == "ceiling" or any(cand.lib == o or cand.label.startswith(o) for o in only)
-        for c in out:
-            c.candidates = [cand for cand in c.candidates if keep(cand)]
+    def keep(cand):
+        if cand.study and not full:
+            return False
+        return not only or cand.role == "ceiling" or any(cand.lib == o or cand.label.startswith(o) for o in only)
+    for c in out:
+        c.candidates = [cand for cand in c.candidates if keep(cand)]
     # known-unavailable libraries: skip at build time with the probe's reason
     for c in out:
         for cand in c.candidates:

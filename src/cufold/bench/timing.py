@@ -37,7 +37,7 @@ import time
 __all__ = [
     "Settings", "parse_sizes", "parse_list", "rotation_count", "rotation_note",
     "choose_reps", "choose_calls", "summarize", "EventClock", "WallClock",
-    "DEFAULT_L2_BYTES",
+    "DEFAULT_L2_BYTES", "ESTIMATE", "estimate_seconds",
 ]
 
 DEFAULT_L2_BYTES = 64 << 20
@@ -63,6 +63,14 @@ class Settings:
     buffer_cap: int = 64          # ... with at most this many buffers
     seed: int = 12345
     raw: bool = True              # keep every event sample in the JSON
+
+    @classmethod
+    def short(cls, **kw):
+        """A suite's default run: 0.1 s of events per (candidate, size) and per-call
+        loops of 0.03 s (``--full`` takes the class defaults)."""
+        base = dict(target_s=0.1, max_reps=1000, max_case_s=1.0, call_target_s=0.03)
+        base.update(kw)
+        return cls(**base)
 
     @classmethod
     def quick(cls, **kw):
@@ -162,6 +170,36 @@ def choose_reps(t_est_s, target_s=0.25, min_reps=20, max_reps=2000, max_total_s=
     if reps * t > max_total_s:
         reps = max(floor, int(max_total_s / t))
     return int(reps)
+
+
+#: The dry run's model of a run's wall time, from the runs under bench/results (H100 and
+#: H200, cold caches). Seconds, except ``data_Bps``.
+ESTIMATE = {
+    "startup_s": 20.0,     # imports, CUDA context, the copy ceiling
+    # first calls, per (library, label, dtype): cufold compiles a few kernels over the
+    # sizes (~3 s each), cuda.compute builds once per dtype, the others load libraries
+    "compile_s": {"cufold": 6.0, "cuda.compute": 5.0, "other": 0.5},
+    "point_s": 0.05,       # per (candidate, size): first call and check, warm-up, estimate
+    "hold_s": 100e-6,      # the busy-wait kernel queued ahead of each event-timed call
+    "data_Bps": 0.3e9,     # inputs generated, referenced and uploaded
+}
+
+
+def estimate_seconds(settings, points, call_points=0, first_calls=(), data_bytes=0, model=ESTIMATE):
+    """Estimated wall time of a run, by part, and its ``total``: ``points`` (candidate,
+    size) pairs event-timed (``target_s`` and at most ``max_reps`` holds each),
+    ``call_points`` of them with per-call loops, ``first_calls`` the library of each
+    (label, dtype) whose first call compiles, ``data_bytes`` of inputs."""
+    compile_s = model["compile_s"]
+    parts = {
+        "startup": model["startup_s"],
+        "first calls": sum(compile_s.get(lib, compile_s["other"]) for lib in first_calls),
+        "events": points * (model["point_s"] + settings.target_s + settings.max_reps * model["hold_s"]),
+        "per-call loops": call_points * settings.call_repeats * settings.call_target_s,
+        "data": data_bytes / model["data_Bps"],
+    }
+    parts["total"] = sum(parts.values())
+    return parts
 
 
 def choose_calls(t_est_s, target_s=0.08, lo=100, hi=20000):
