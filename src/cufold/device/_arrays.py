@@ -770,7 +770,7 @@ def scalar_results(like, dtype, stream):
 
 
 def rebase(a, ptr):
-    """Descriptor ``a`` moved to device pointer ``ptr`` (same length, layout,
+    """Descriptor ``a`` moved to device pointer ``ptr`` (same shape, strides,
     library): how a bare pointer handed to a bound launch is described again
     where the launch falls back to the general path. In the simulator ``ptr``
     must be a simulated array's address (``Arr.ptr`` of one)."""
@@ -778,10 +778,7 @@ def rebase(a, ptr):
         return a
     v = Arr(ptr, a.shape, a.strides, a.dtype, a.size, a.library, None, a.device_id, a.stream)
     if SIMULATOR:
-        isz = a.itemsize
-        mem = (ctypes.c_byte * max(a.size * isz, 1)).from_address(ptr)
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        v._nb = FakeCUDAArray(np.frombuffer(mem, dtype=a.dtype)[:a.size].reshape(a.shape))
+        v._nb = _sim_view(ptr, a.shape, a.strides, a.dtype, None)
     return v
 
 
@@ -948,20 +945,27 @@ def window(arr, offset, shape, strides):
     size = _prod(shape)
     v = Arr(arr.ptr + offset * arr.itemsize, shape, strides, arr.dtype, size, arr.library, None,
             arr.device_id, arr.stream)
-    if SIMULATOR:
-        # The simulator's memory is host memory: address the window directly.
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        base = as_numba(arr)._ary
-        isz = arr.itemsize
-        lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides)) if size else 0
-        hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides)) + 1 if size else 1
-        mem = (ctypes.c_byte * ((hi - lo) * isz)).from_address(v.ptr + lo * isz)
-        typed = np.frombuffer(mem, dtype=arr.dtype)[-lo:]
-        raw = np.lib.stride_tricks.as_strided(typed, shape=shape, strides=tuple(st * isz for st in strides))
-        fake = FakeCUDAArray(raw)
-        fake._cufold_owner = base  # keeps the simulated memory alive
-        v._nb = fake
+    if SIMULATOR and (arr.obj is not None or arr._nb is not None or arr._base is not None):
+        # The simulator's memory is host memory: address the window directly. (Not for
+        # a Program's placeholders, which point nowhere until a call rebases them.)
+        v._nb = _sim_view(v.ptr, shape, strides, arr.dtype, as_numba(arr)._ary)
     return v
+
+
+def _sim_view(ptr, shape, strides, dtype, owner):
+    """A simulator array over host memory at ``ptr`` with ``shape`` and element
+    ``strides`` (negative ones too); ``owner`` (kept alive with it) holds the memory."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    isz = dtype.itemsize
+    size = _prod(shape)
+    lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides)) if size else 0
+    hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides)) + 1 if size else 1
+    mem = (ctypes.c_byte * ((hi - lo) * isz)).from_address(ptr + lo * isz)
+    typed = np.frombuffer(mem, dtype=dtype)[-lo:]
+    raw = np.lib.stride_tricks.as_strided(typed, shape=shape, strides=tuple(st * isz for st in strides))
+    fake = FakeCUDAArray(raw)
+    fake._cufold_owner = owner
+    return fake
 
 
 def _view_numba(arr):

@@ -1023,18 +1023,29 @@ class Bound:
         return go
 
 
+def _slots(ty):
+    """Kernel parameter slots that an argument of Numba type ``ty`` takes (see the ABI above)."""
+    if isinstance(ty, nbtypes.Array):
+        return 5 + 2 * ty.ndim
+    if isinstance(ty, nbtypes.BaseTuple):
+        return sum(_slots(t) for t in ty)
+    if isinstance(ty, nbtypes.Complex):
+        return 2
+    return 1
+
+
 def _pointer_slot(kernel, vary):
     """The parameter slot of the data pointer that ``vary`` names: ``(i, "ptr")``
-    for 1-D array argument ``i``, ``(i, "ptr", j)`` for array ``j`` of tuple
-    argument ``i`` (a tuple of 1-D arrays: 7 slots each)."""
+    for array argument ``i``, ``(i, "ptr", j)`` for array ``j`` of tuple argument
+    ``i`` (any number of dimensions)."""
     i = vary[0]
     ty = kernel.signature[i]
-    if len(vary) == 2 and isinstance(ty, nbtypes.Array) and ty.ndim == 1:
-        return kernel.plan.arg_slots[i] + 4
-    if (len(vary) == 3 and isinstance(ty, nbtypes.BaseTuple)
-            and all(isinstance(t, nbtypes.Array) and t.ndim == 1 for t in ty)):
-        return kernel.plan.arg_slots[i] + 7 * vary[2] + 4
-    raise ValueError("cufold: Kernel.bind takes pointers of 1-D arrays (or tuples of them), not %r of %s"
+    first = kernel.plan.arg_slots[i]
+    if len(vary) == 2 and isinstance(ty, nbtypes.Array):
+        return first + 4
+    if len(vary) == 3 and isinstance(ty, nbtypes.BaseTuple) and isinstance(ty[vary[2]], nbtypes.Array):
+        return first + sum(_slots(t) for t in ty[:vary[2]]) + 4
+    raise ValueError("cufold: Kernel.bind takes pointers of arrays (or of arrays in a tuple), not %r of %s"
                      % (vary, ty))
 
 

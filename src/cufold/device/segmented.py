@@ -66,7 +66,7 @@ from numba import config, cuda
 from .. import _codegen, block
 from ..ops import as_op, plus
 from ..values import ValueType
-from . import _arrays, _launch, _types
+from . import _arrays, _launch, _programs, _types
 from .reduce import Tile, launch
 from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
 
@@ -528,17 +528,15 @@ def _pack(vt, arrs):
 
 # --- host side -------------------------------------------------------------------------------------
 
-def _value_inputs(x, name):
+def _describe_values(x, name):
+    """The Arr(s) of a value input: one array, or a tuple (list) of equally long ones."""
     if x.__class__ is tuple or x.__class__ is list:
-        arrs = _arrays.describe_many(tuple(x), name)
-        vt = ValueType.of(tuple(a.dtype for a in arrs))
-    else:
-        arrs = (_arrays.describe(x, name),)
-        vt = ValueType.of(arrs[0].dtype)
-    for a in arrs:
-        if a.ndim != 1:
-            raise ValueError("cufold: %s must be 1-D; got shape %s" % (name, a.shape))
-    return arrs, vt
+        return _arrays.describe_many(tuple(x), name)
+    return (_arrays.describe(x, name),)
+
+
+def _value_type(arrs):
+    return ValueType.of(tuple(a.dtype for a in arrs) if len(arrs) > 1 else arrs[0].dtype)
 
 
 def _result_types(op, in_vt, dtype):
@@ -561,45 +559,62 @@ def _start_value(op, acc_vt, init, name, never_empty=False):
     return ident, False
 
 
-def _allocate(like, vt, count, alloc_stream):
-    made = [_arrays.empty(like, (count,), f, alloc_stream) for f in vt.fields]
-    return _pack(vt, [m[1] for m in made]), _pack(vt, [_arrays.to_library(m[0], like) for m in made])
-
-
-def _run_segments(spec, xs, off, nvals, m, outs, init_value, has_init, handle, device_id):
-    """Launch the partition and segments kernels (``m >= 1``)."""
+def _run_segments(b, spec, xs, off, nvals, m, outs, init_value, has_init):
+    """Add the partition and segments kernels (``m >= 1``) to Program builder ``b``."""
     nt, vt = spec.tile
     nv = nt * vt
     tiles = max(1, -(-(m + nvals) // nv))       # nnz <= nvals: extra tiles are empty
     sacc = _storage_vt(spec.acc_vt)
     idx_bytes = _align(8 * (tiles + 1))
     val_bytes = sum(_align(tiles * f.itemsize) for f in sacc.fields)
-    _, ws = _launch.workspace(device_id, handle, 2 * idx_bytes + 2 * val_bytes)
+    _, ws = _launch.workspace(b.device_id, b.stream, 2 * idx_bytes + 2 * val_bytes)
     ps = ws.view(np.int64, (tiles + 1,), 0)
     pj = ws.view(np.int64, (tiles + 1,), idx_bytes)
     aggs, offset = _carve(ws, 2 * idx_bytes, sacc, tiles)
     pres, offset = _carve(ws, offset, sacc, tiles)
-    st = look_back_state(device_id, handle, tiles)
-    launch(partition_kernel(nv), ("seg_partition", nv), -(-(tiles + 1) // _PARTITION_THREADS),
-           _PARTITION_THREADS, handle, (off, np.int64(nvals), np.int64(m), ps, pj, np.int64(tiles + 1)))
-    launch(segments_kernel(spec), ("segments", spec), tiles, nt, handle,
-           (xs, off, np.int64(nvals), np.int64(m), ps, pj, outs, init_value, bool(has_init),
-            np.int64(tiles), st.counter, st.flags[0], aggs, pres))
+    st = look_back_state(b.device_id, b.stream, tiles)
+    b.guard(lambda: st.fits(tiles))
+    b.launch(partition_kernel(nv), ("seg_partition", nv), -(-(tiles + 1) // _PARTITION_THREADS),
+             _PARTITION_THREADS, (off, np.int64(nvals), np.int64(m), ps, pj, np.int64(tiles + 1)))
+    b.launch(segments_kernel(spec), ("segments", spec), tiles, nt,
+             (xs, off, np.int64(nvals), np.int64(m), ps, pj, outs, init_value, bool(has_init),
+              np.int64(tiles), st.counter, st.flags[0], aggs, pres))
 
 
-def _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, name, never_empty=False):
-    """The core of segmented_reduce on described inputs; returns the result object(s)."""
+def _plan_segmented(arrs, off, op, init, dtype, handle, alloc_stream, name, never_empty=False):
+    """The Program of a segmented reduction of ``arrs`` (the value fields) over CSR
+    offsets ``off``, called with the value arrays and the offsets."""
+    in_vt = _value_type(arrs)
     acc_vt, out_vt = _result_types(op, in_vt, dtype)
     op.check(acc_vt)
     init_value, has_init = _start_value(op, acc_vt, init, name, never_empty)
-    like = arrs[0]
+    b = _programs.Builder(off.device_id, handle, alloc_stream)
+    xs = [b.input(a) for a in arrs]
+    o = b.input(off)
     m = off.size - 1
-    outs, objs = _allocate(like, out_vt, m, alloc_stream)
+    outs = [b.output(xs[0], (m,), f) for f in out_vt.fields]
     if m > 0:
-        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, like.size + m))
-        _run_segments(spec, _pack(in_vt, arrs), off, like.size, m, outs, init_value, has_init,
-                      handle, like.device_id)
-    return objs
+        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, arrs[0].size + m))
+        _run_segments(b, spec, _pack(in_vt, xs), o, arrs[0].size, m, _pack(out_vt, outs), init_value,
+                      has_init)
+    return b.build(lambda got: tuple(got) if out_vt.is_tuple else got[0])
+
+
+def _check_values(arrs, name):
+    for a in arrs:
+        if a.ndim != 1:
+            raise ValueError("cufold: %s must be 1-D; got shape %s" % (name, a.shape))
+
+
+def _check_offsets(off):
+    if off.ndim != 1 or off.size < 1:
+        raise ValueError("cufold: offsets must be a 1-D array of len(segments) + 1 >= 1 entries; "
+                         "got shape %s" % (off.shape,))
+    if off.dtype.kind not in "iu":
+        raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
+
+
+_segmented_programs = _programs.Programs(4096)
 
 
 def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None):
@@ -640,19 +655,21 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
         >>> cufold.segmented_reduce(v, cupy.asarray([0, 3, 3, 10]), cufold.maximum, init=-1)
         array([ 2., -1.,  9.], dtype=float32)
     """
-    op = as_op(op)
     with _launch.nvtx_range("cufold.segmented_reduce"):
-        arrs, in_vt = _value_inputs(values, "values")
+        arrs = _describe_values(values, "values")
         off = _arrays.describe(offsets, "offsets")
-        if off.ndim != 1 or off.size < 1:
-            raise ValueError("cufold: offsets must be a 1-D array of len(segments) + 1 >= 1 entries; "
-                             "got shape %s" % (off.shape,))
-        if off.dtype.kind not in "iu":
-            raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
-        _arrays.same_device(tuple(arrs) + (off,), "values and offsets")
-        handle = _arrays.stream_handle(tuple(arrs) + (off,), stream)
-        alloc_stream = handle if stream is not None else None
-        return _segmented(arrs, in_vt, off, op, init, dtype, handle, alloc_stream, "segmented_reduce")
+        handle = _arrays.stream_handle(arrs + (off,), stream)
+        key = (op, init, dtype, tuple(map(_programs.signature, arrs)), _programs.signature(off), handle,
+               stream is not None)
+
+        def plan():
+            _check_values(arrs, "values")
+            _check_offsets(off)
+            _arrays.same_device(arrs + (off,), "values and offsets")
+            return _plan_segmented(arrs, off, as_op(op), init, dtype, handle,
+                                   handle if stream is not None else None, "segmented_reduce")
+
+        return _segmented_programs.run(key, plan, *arrs, off)
 
 
 # --- reduce_by_key -----------------------------------------------------------------------------------
@@ -773,39 +790,83 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
         >>> cufold.reduce_by_key(k, torch.ones(6, device="cuda"))
         (tensor([1, 2, 1], device='cuda:0'), tensor([2., 3., 1.], device='cuda:0'))
     """
-    op = as_op(op)
     with _launch.nvtx_range("cufold.reduce_by_key"):
-        karrs, key_vt = _value_inputs(keys, "keys")
-        varrs, in_vt = _value_inputs(values, "values")
-        n = karrs[0].size
-        if varrs[0].size != n:
-            raise ValueError("cufold: keys and values must be equally long; got %d and %d"
-                             % (n, varrs[0].size))
-        every = tuple(karrs) + tuple(varrs)
-        _arrays.same_device(every, "keys and values")
-        like = karrs[0]
-        dev = like.device_id
+        karrs = _describe_values(keys, "keys")
+        varrs = _describe_values(values, "values")
+        every = karrs + varrs
         handle = _arrays.stream_handle(every, stream)
         alloc_stream = handle if stream is not None else None
-        acc_vt, out_vt = _result_types(op, in_vt, dtype)
-        op.check(acc_vt)
+        ksig = tuple(map(_programs.signature, karrs))
+        n = karrs[0].size
+
+        def plan_count():
+            _check_values(every, "keys and values")
+            if varrs[0].size != n:
+                raise ValueError("cufold: keys and values must be equally long; got %d and %d"
+                                 % (n, varrs[0].size))
+            _arrays.same_device(every, "keys and values")
+            return _plan_count_runs(karrs, handle)
+
+        runs = 0
+        if n > 0:
+            counts = _run_counts.run((ksig, handle), plan_count, *karrs)
+            runs = int(to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
+        key = (op, dtype, ksig, tuple(map(_programs.signature, varrs)), runs, handle, stream is not None)
+
+        def plan_runs():
+            _check_values(every, "keys and values")
+            _arrays.same_device(every, "keys and values")
+            return _plan_runs(karrs, varrs, as_op(op), dtype, runs, handle, alloc_stream)
+
         if n == 0:
-            return (_allocate(like, key_vt, 0, alloc_stream)[1],
-                    _allocate(like, out_vt, 0, alloc_stream)[1])
-        nt, vt = _key_tile(n)
-        tiles = -(-n // (nt * vt))
-        _, ws = _launch.workspace(dev, handle, _align(8 * tiles) + 256)
-        counts = ws.view(np.int64, (tiles,), 0)
-        total = ws.view(np.int64, (1,), _align(8 * tiles))
-        kx = _pack(key_vt, karrs)
-        launch(count_heads_kernel(key_vt, (nt, vt)), ("rbk_count", key_vt, (nt, vt)), tiles, nt, handle,
-               (kx, np.int64(n), counts))
-        launch(scan_counts_kernel(nt), ("rbk_scan", nt), 1, nt, handle, (counts, np.int64(tiles), total))
-        runs = int(to_host(total, handle, dev)[0])          # the one synchronisation
-        _, off = _arrays.empty(like, (runs + 1,), np.int64, alloc_stream)
-        uarrs, ukeys = _allocate(like, key_vt, runs, alloc_stream)
-        launch(scatter_heads_kernel(key_vt, (nt, vt)), ("rbk_scatter", key_vt, (nt, vt)), tiles, nt,
-               handle, (kx, np.int64(n), counts, np.int64(runs), off, uarrs))
-        totals = _segmented(varrs, in_vt, off, op, None, dtype, handle, alloc_stream, "reduce_by_key",
-                            never_empty=True)
-        return ukeys, totals
+            return _by_runs.run(key, plan_runs, *karrs, *varrs)
+        return _by_runs.run(key, plan_runs, *karrs, counts, *varrs)
+
+
+def _plan_count_runs(karrs, handle):
+    """Program ``(keys...) -> counts``: per key tile, the runs starting before it
+    (an exclusive scan), then the number of runs (``counts[tiles]``), in a new
+    int64 array on the device (an Arr, read by the caller and the next Program)."""
+    key_vt = _value_type(karrs)
+    n = karrs[0].size
+    nt, vt = _key_tile(n)
+    tiles = -(-n // (nt * vt))
+    b = _programs.Builder(karrs[0].device_id, handle)
+    ks = [b.input(a) for a in karrs]
+    counts = b.output(ks[0], (tiles + 1,), np.int64)
+    kx = _pack(key_vt, ks)
+    first, total = counts.view(np.int64, (tiles,), 0), counts.view(np.int64, (1,), 8 * tiles)
+    b.launch(count_heads_kernel(key_vt, (nt, vt)), ("rbk_count", key_vt, (nt, vt)), tiles, nt,
+             (kx, np.int64(n), first))
+    b.launch(scan_counts_kernel(nt), ("rbk_scan", nt), 1, nt, (first, np.int64(tiles), total))
+    return b.build(lambda got: _arrays.describe(got[0], "counts"))
+
+
+def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
+    """Program ``(keys..., counts, values...) -> (unique keys, totals)`` for ``runs``
+    runs (none: ``(keys..., values...)``, empty results)."""
+    key_vt, in_vt = _value_type(karrs), _value_type(varrs)
+    acc_vt, out_vt = _result_types(op, in_vt, dtype)
+    op.check(acc_vt)
+    n = karrs[0].size
+    nt, vt = _key_tile(n)
+    tiles = -(-n // (nt * vt))
+    b = _programs.Builder(karrs[0].device_id, handle, alloc_stream)
+    ks = [b.input(a) for a in karrs]
+    counts = b.input(_arrays.shell(karrs[0], np.int64, (tiles + 1,))) if n > 0 else None
+    vs = [b.input(a) for a in varrs]
+    ukeys = [b.output(ks[0], (runs,), f) for f in key_vt.fields]
+    off = b.output(ks[0], (runs + 1,), np.int64)                  # the runs as CSR segments
+    totals = [b.output(ks[0], (runs,), f) for f in out_vt.fields]
+    if runs > 0:
+        b.launch(scatter_heads_kernel(key_vt, (nt, vt)), ("rbk_scatter", key_vt, (nt, vt)), tiles, nt,
+                 (_pack(key_vt, ks), np.int64(n), counts, np.int64(runs), off, _pack(key_vt, ukeys)))
+        init_value, has_init = _start_value(op, acc_vt, None, "reduce_by_key", never_empty=True)
+        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs))
+        _run_segments(b, spec, _pack(in_vt, vs), off, n, runs, _pack(out_vt, totals), init_value, has_init)
+    k, t = key_vt.arity, out_vt.arity
+    return b.build(lambda got: (_pack(key_vt, got[:k]), _pack(out_vt, got[k + 1:k + 1 + t])))
+
+
+_run_counts = _programs.Programs(1024)
+_by_runs = _programs.Programs(4096)
