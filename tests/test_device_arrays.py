@@ -1,4 +1,4 @@
-"""cufold.device._arrays: describing, allocating and streaming device arrays.
+"""cufold.host.arrays: describing, allocating and streaming device arrays.
 
 Runs in the simulator (Numba's simulated device arrays) and on a GPU (torch,
 cupy, numba and jax arrays when importable).
@@ -10,8 +10,8 @@ from numba import cuda
 
 from conftest import SIMULATOR, gpu_only, simulator_only
 
-from cufold.device import _arrays as A
-from cufold.device._arrays import Arr, describe, describe_many, empty, stream_handle
+from cufold.host import arrays as A
+from cufold.host.arrays import Arr, describe, describe_many, empty, stream_handle
 
 
 def _dev(host):

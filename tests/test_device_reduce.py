@@ -797,7 +797,7 @@ def test_scalar_results_from_batches_torch(rng):
     """torch results come from batches of SCALAR_BATCH 0-d views: more calls than
     a batch holds, every result its own element, all kept valid."""
     torch = pytest.importorskip("torch")
-    from cufold.device import _arrays
+    from cufold.host import arrays as _arrays
     k = _arrays.SCALAR_BATCH + 10
     xs = [torch.randn(1000, device="cuda") for _ in range(k)]
     rs = [cufold.sum(x) for x in xs]
@@ -844,7 +844,7 @@ def test_wide_loads_every_lift(rng, dtype, offset):
         arg_vts = (ValueType.of(np.dtype(dtype)), ValueType.of((np.dtype(dtype), np.int64)), ValueType.of(np.int64))
         assert reduce_mod.plan(cufold.argmax, *arg_vts, n, 0, None, lift="index", project="index").wide is None
         assert reduce_mod.plan(cufold.plus, *_vts(dtype), n, 0, None).for_input(
-            cufold.device._arrays.describe(d)) is (p if offset else p.wide)
+            cufold.host.arrays.describe(d)) is (p if offset else p.wide)
         if dtype == np.float32:
             check_float_sum(host(cufold.sum(d)), x, np.dtype(dtype))
             check_float_sum(host(cufold.sum(d, algorithm="two_pass")), x, np.dtype(dtype))

@@ -933,7 +933,7 @@ def test_epochs_advance_on_the_device(rng):
     x = rng.integers(-9, 9, n).astype(np.int32)
     d = _dev(x)
     scan.inclusive_scan(d, algorithm="single_pass")
-    from cufold.device import _arrays
+    from cufold.host import arrays as _arrays
     a = _arrays.describe(d)
     st = scan._look_back_states[(a.device_id, _arrays.stream_handle(a))]
     word = lambda: int(_arrays.as_numba(st.counter).copy_to_host()[0])          # noqa: E731

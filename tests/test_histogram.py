@@ -16,7 +16,7 @@ from numba import cuda
 
 from conftest import SIMULATOR, gpu_only
 
-from cufold.device import _arrays
+from cufold.host import arrays as _arrays
 # The module (once exported, cufold.device.histogram may be a function of the same name).
 H = importlib.import_module("cufold.device.histogram")
 

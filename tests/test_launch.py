@@ -1,4 +1,4 @@
-"""cufold.device._launch: one launch path for compiled kernels.
+"""cufold.host.launch: one launch path for compiled kernels.
 
 In the simulator every launch goes through the Numba dispatcher; the direct
 path's argument packing is checked against Numba's own ABI (a subprocess with
@@ -20,8 +20,8 @@ from numba import types as t
 
 from conftest import SIMULATOR, gpu_only
 
-from cufold.device import _arrays as A
-from cufold.device import _launch as L
+from cufold.host import arrays as A
+from cufold.host import launch as L
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
@@ -281,8 +281,8 @@ _ABI_SCRIPT = textwrap.dedent(r"""
     import numpy as np
     from numba import cuda, types as t
     from numba.cuda.dispatcher import _Kernel
-    from cufold.device import _launch as L
-    from cufold.device._arrays import Arr
+    from cufold.host import launch as L
+    from cufold.host.arrays import Arr
 
     def kern(a, n, tup, c, b, h, u8, d, z, i32, c128):
         pass
@@ -533,7 +533,7 @@ def test_library_disk_key(monkeypatch):
 def test_source_digest_is_stable_across_processes():
     """The same sources give the same digest in a new process (no addresses or
     orderings of one process in it)."""
-    code = "from cufold.device import _launch; print(_launch.source_digest())"
+    code = "from cufold.host import launch as _launch; print(_launch.source_digest())"
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr
@@ -548,10 +548,10 @@ def test_library_kernels_load_from_disk(tmp_path):
         import numpy as np
         from numba import cuda
         import cufold, importlib
-        R = importlib.import_module("cufold.device.reduce")
+        L = importlib.import_module("cufold.host.launch")
         x = cuda.to_device((np.arange(100000) % 7).astype(np.float32))   # exact sums
         total = float(cufold.sum(x).copy_to_host())
-        print(total, sorted(set(v for k in R._kernels.values() for v in k.loaded_from_disk.values())))
+        print(total, sorted(set(v for k in L._kernels.values() for v in k.loaded_from_disk.values())))
     """)
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
                CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(tmp_path))

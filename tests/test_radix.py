@@ -14,7 +14,8 @@ from numba import cuda
 
 from conftest import SIMULATOR, gpu_only
 
-from cufold.device import _arrays, radix
+from cufold.host import arrays as _arrays
+from cufold.device import radix
 
 INT_KEYS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 

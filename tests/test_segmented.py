@@ -18,7 +18,7 @@ from numba import cuda
 from conftest import SIMULATOR, gpu_only, to_device, to_host
 
 import cufold
-from cufold.device import _arrays
+from cufold.host import arrays as _arrays
 # The module (once exported, cufold.device.segmented may be a function of the same name).
 seg = importlib.import_module("cufold.device.segmented")
 from cufold.values import ValueType

@@ -40,8 +40,8 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 from numba import types as nt  # noqa: E402
 
-from cufold.device import _arrays as A  # noqa: E402
-from cufold.device import _launch as L  # noqa: E402
+from cufold.host import arrays as A  # noqa: E402
+from cufold.host import launch as L  # noqa: E402
 
 RESULTS = []
 
@@ -331,7 +331,7 @@ _CHILD = textwrap.dedent(r"""
     sys.path.insert(0, %(src)r)
     import numpy as np
     from numba import cuda, types as nt
-    from cufold.device import _arrays as A, _launch as L
+    from cufold.host import arrays as A, launch as L
     def scale(out, x, a, n):
         i = cuda.grid(1)
         if i < n:

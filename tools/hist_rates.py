@@ -25,7 +25,7 @@ import torch
 from numba import cuda, int32, uint16
 
 import cufold
-from cufold.device import _arrays
+from cufold.host import arrays as _arrays
 from gpu_timing import gpu_us
 
 H = importlib.import_module("cufold.device.histogram")

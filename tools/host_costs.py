@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import cufold  # noqa: E402
-from cufold.device import _arrays, _launch  # noqa: E402
+from cufold.host import arrays as _arrays, launch as _launch  # noqa: E402
 
 
 from launch_costs import per_call  # noqa: E402  (this folder: host time of 200-call bursts)

@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 import cufold
-from cufold.device import _arrays, _launch
+from cufold.host import arrays as _arrays, launch as _launch
 
 R = importlib.import_module("cufold.device.reduce")
 S = importlib.import_module("cufold.device.scan")

@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from numba import types as nbtypes  # noqa: E402
 
 import cufold  # noqa: E402
-from cufold.device import _arrays, _launch  # noqa: E402
+from cufold.host import arrays as _arrays, launch as _launch  # noqa: E402
 
 D = importlib.import_module("cufold.device")
 R = importlib.import_module("cufold.device.reduce")

@@ -16,7 +16,7 @@ pretend_sm90()
 
 import cufold  # noqa: E402
 import importlib  # noqa: E402
-from cufold.device import _arrays  # noqa: E402
+from cufold.host import arrays as _arrays  # noqa: E402
 R = importlib.import_module("cufold.device.reduce")  # the module (cufold.device.reduce is the function)
 from cufold.values import ValueType  # noqa: E402
 

@@ -30,7 +30,7 @@ pretend_sm90()
 
 import cufold  # noqa: E402
 import importlib  # noqa: E402
-from cufold.device import _arrays  # noqa: E402
+from cufold.host import arrays as _arrays  # noqa: E402
 from cufold.values import ValueType  # noqa: E402
 
 S = importlib.import_module("cufold.device.scan")

@@ -205,7 +205,8 @@ def compile_only(args):
     from sm90 import pretend_sm90
     pretend_sm90()
     import cufold
-    from cufold.device import _arrays, bykey as BK
+    from cufold.host import arrays as _arrays
+    from cufold.device import bykey as BK
     import importlib
     R = importlib.import_module("cufold.device.reduce")
 

@@ -14,10 +14,10 @@ import numpy as np
 from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
 from ..ops import multiplies, plus, welford
 from ..values import ValueType
-from . import _arrays, _launch, _types
+from ..host import arrays as _arrays, launch as _launch, types as _types
 from . import axis as _axis
 from . import reduce as _reduce_mod
-from ._dispatch import algorithms
+from ..host.dispatch import algorithms
 from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
 from .segmented import reduce_by_key, segmented_reduce
 from .histogram import bincount, histogram
@@ -222,14 +222,14 @@ def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=N
             # NumPy: the mean (and variance) of nothing is NaN, with a warning.
             warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=3)
             nan = tuple(np.nan for _ in prep.out_vt.fields)
-            _reduce_mod.launch(_reduce_mod.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
+            _launch.launch(_launch.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
                                (outs, prep.out_vt.make(nan if prep.out_vt.is_tuple else nan[0])))
         elif n == 0:
             value = init if init is not None else op.identity_for(prep.acc_vt)
             if needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
                                  % (name if needs_items else op.name))
-            _reduce_mod.launch(_reduce_mod.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
+            _launch.launch(_launch.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
                                (outs, prep.out_vt.make(value)))
         else:
             p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, algorithm,

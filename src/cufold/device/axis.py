@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from .. import warp
-from . import _arrays
+from ..host import arrays as _arrays, launch as _launch
 from . import reduce as _reduce_mod
 
 #: Per-output whole-array reductions when there are at most this many outputs
@@ -168,7 +168,7 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
         if needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
         fill = _fill_many(out_vt)
-        _reduce_mod.launch(fill, ("fill_many", out_vt), -(-m_count // 256), 256, handle,
+        _launch.launch(fill, ("fill_many", out_vt), -(-m_count // 256), 256, handle,
                            (outs, m_count, out_vt.make(value)))
         return result
     # Element offsets from the lowest address, so every index is non-negative.
@@ -201,7 +201,7 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
     threads = m_count if kind == "columns" else m_count * 32
     nt = 256
     grid = max(1, min(-(-threads // nt), 65535 * 4))
-    _reduce_mod.launch(kernel, ("axis", spec, kind, len(keep_shape), len(red_shape)), grid, nt, handle, args)
+    _launch.launch(kernel, ("axis", spec, kind, len(keep_shape), len(red_shape)), grid, nt, handle, args)
     return result
 
 

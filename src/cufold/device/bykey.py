@@ -118,12 +118,14 @@ from numba import config, cuda
 from .. import _codegen, block, warp
 from ..ops import Op, as_op, plus
 from ..values import ValueType
-from . import _arrays, _launch, radix
-from .reduce import launch
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
+from . import radix
+from ..host.launch import launch
 
 __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan", "tile_for"]
 
 ALGORITHMS = ("atomic", "warp", "block", "sorted", "runs", "runs2", "adaptive", "table")
+_dispatch.register("reduce_by_key", ALGORITHMS)
 #: What ``algorithm=None`` runs for commutative operators with an identity (see the module
 #: doc). ``adaptive`` measured best overall on an H200 (tools/tune_bykey.py, 2026-11-22,
 #: session 9: seed 001's ordered keys 2.38x cupyx.scatter_add, shifted 1.23x, random

@@ -60,14 +60,15 @@ from numba import config, cuda
 
 from .. import warp
 from ..ops import plus
-from . import _arrays, _launch
-from .reduce import kernel_for, launch
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
+from ..host.launch import launch
 from .segmented import sm_count, to_host
 
 __all__ = ["histogram", "bincount", "ALGORITHMS"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 ALGORITHMS = ("shared", "shared_match", "global", "global_match")
+_dispatch.register("histogram", ALGORITHMS)
 #: Shared memory a block may use for its private bins.
 SHARED_BYTES = 32 * 1024
 _BLOCK_THREADS = 64 if SIMULATOR else 256
@@ -351,7 +352,7 @@ def _count(mode, x, w, n, out, nbins, edges, lo, norm, e0, eN, algorithm, handle
     args = (x, w if weighted else x, np.int64(n), out, np.int64(nbins), edges, np.float64(lo),
             np.float64(norm), np.float64(e0), np.float64(eN))
     fn = hist_kernel(mode, weighted, algorithm, tile)
-    kernel_for(fn, ("hist", mode, weighted, algorithm, tile), args).launch(grid, tile.nt, handle, smem,
+    _launch.kernel_for(fn, ("hist", mode, weighted, algorithm, tile), args).launch(grid, tile.nt, handle, smem,
                                                                            *args)
 
 

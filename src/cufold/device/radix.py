@@ -48,8 +48,9 @@ from numba import config, cuda
 from .. import block, warp
 from ..ops import plus
 from ..values import ValueType
-from . import _arrays, scan
-from .reduce import Tile, launch
+from ..host import arrays as _arrays
+from . import scan
+from ..host.launch import Tile, launch
 
 __all__ = ["group_by_key", "sort_key_dtype", "passes", "DIGIT_BITS", "TILE"]
 

@@ -43,7 +43,8 @@ from numba import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from .. import _codegen, block
-from . import _arrays, _launch
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
+from ..host.launch import Tile, fill_kernel, launch
 
 #: The last block folds at most this many partials per thread (bounds the grid).
 PARTIALS_PER_THREAD = 8
@@ -54,9 +55,9 @@ WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
 WIDE_LOAD_HINT = os.environ.get("CUFOLD_REDUCE_LOAD", "plain")
 
 ALGORITHMS = ("single_pass", "two_pass", "tiles", "single_block", "atomic_warp", "atomic_block")
+_dispatch.register("reduce", ALGORITHMS)
 _ATOMIC_DTYPES = {np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64)}
 
-Tile = collections.namedtuple("Tile", "nt vt")
 
 
 #: 4-byte sums (and min, max...) of inputs so large that every resident block gets
@@ -457,19 +458,6 @@ def reduce_kernel(spec):
     return kernel
 
 
-@functools.lru_cache(maxsize=None)
-def fill_kernel(out_vt):
-    """Kernel ``(out, value)``: one thread writes ``value`` (an empty input's result,
-    or the starting value of an atomic reduction)."""
-    store, cast = out_vt.store, out_vt.cast
-
-    def fill(out, value):
-        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
-            store(out, 0, cast(value))
-
-    return fill
-
-
 # --- host side -------------------------------------------------------------------------
 
 class Plan:
@@ -506,9 +494,8 @@ def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", proje
 
 @functools.lru_cache(maxsize=4096)
 def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile):
-    from . import _dispatch
     if algorithm is None:
-        algorithm = _dispatch.choose_reduce(op, acc_vt, n, device_id)
+        algorithm = _dispatch.choose_reduce(n, tile_for(acc_vt, acc_vt))
     elif algorithm not in ALGORITHMS:
         raise ValueError("cufold: unknown reduce algorithm %r; choose from %s"
                          % (algorithm, ", ".join(ALGORITHMS)))
@@ -554,46 +541,6 @@ def _check_atomic(op, acc_vt, out_vt, deterministic, algorithm):
         raise ValueError(
             "cufold: floating-point atomic sums are not bitwise reproducible; pass "
             "deterministic=False to use %r" % algorithm)
-
-
-def _nbtype(arg):
-    """The Numba type of a launch argument (an Arr, a tuple of them, or a scalar)."""
-    if isinstance(arg, tuple):
-        return nbtypes.BaseTuple.from_types([_nbtype(a) for a in arg])
-    if isinstance(arg, _arrays.Arr):
-        layout = "C" if arg.c_contiguous else "A"
-        return nbtypes.Array(from_dtype(arg.dtype), arg.ndim, layout)
-    if isinstance(arg, (bool, np.bool_)):
-        return nbtypes.boolean
-    return from_dtype(np.asarray(arg).dtype)
-
-
-def _layout(arg):
-    """What of an argument decides the compiled code: cheap to compute per call."""
-    if arg.__class__ is tuple:
-        return tuple(_layout(a) for a in arg)
-    if arg.__class__ is _arrays.Arr:
-        return arg.layout
-    return arg.__class__
-
-
-_kernels = {}
-
-
-def kernel_for(fn, key, args):
-    """The compiled kernel of ``fn`` for these arguments' types (cached by
-    ``key`` and the argument layout)."""
-    k = (key, tuple(_layout(a) for a in args))
-    kernel = _kernels.get(k)
-    if kernel is None:
-        sig = tuple(_nbtype(a) for a in args)
-        kernel = _kernels[k] = _launch.Kernel(fn, sig, key=repr(k), disk_key=_launch.library_disk_key(k))
-    return kernel
-
-
-def launch(fn, key, grid, nt, stream, args):
-    """Launch ``fn`` through the one launch path, compiling it once per argument layout."""
-    kernel_for(fn, key, args).launch(grid, nt, stream, 0, *args)
 
 
 _counters = {}
@@ -642,7 +589,7 @@ def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
         fields = range(len(outs)) if outs.__class__ is tuple else (None,)
         vary = ((0, "ptr"),) + tuple((4, "ptr") if j is None else (4, "ptr", j) for j in fields)
         return _one_launch(plan_, xs, outs, stream, device_id, vary)
-    key = (plan_, stream, _layout(xs), _layout(outs))
+    key = (plan_, stream, _launch._layout(xs), _launch._layout(outs))
     go = _runners.get(key)
     return go if go is not None else _runners.put(key, _one_launch(plan_, xs, outs, stream, device_id))
 
@@ -695,7 +642,7 @@ def _one_launch(plan_, xs, outs, stream, device_id, vary=(0, 1, 4)):
     partials, counter = _workspace(device_id, stream, spec.acc_vt, max(grid, 1))
     zero = _zero(spec.acc_vt)
     args = (xs, xs.size if xs.__class__ is _arrays.Arr else 1, partials, counter, outs, zero, False)
-    kernel = kernel_for(reduce_kernel(spec), ("reduce", spec), args)
+    kernel = _launch.kernel_for(reduce_kernel(spec), ("reduce", spec), args)
     one_d = all(a.__class__ is _arrays.Arr and a.ndim == 1 for a in (xs,) + _as_tuple(outs))
     if one_d and (4 not in vary or outs.__class__ is _arrays.Arr):   # bind varies arrays, not tuples
         return kernel.bind(grid, nt, stream, 0, args, vary)

@@ -86,18 +86,15 @@ from numba import config, cuda
 from .. import _codegen, block
 from ..ops import as_op, maximum, minimum, multiplies, plus
 from ..values import ValueType
-from . import _arrays, _launch, _types
-from .reduce import Tile, fill_kernel, kernel_for, tile_for as _reduce_tile_for
-
-try:  # the one launch path (moving from reduce.py to _launch.py)
-    from ._launch import launch
-except ImportError:  # pragma: no cover - depends on the state of _launch
-    from .reduce import launch
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, types as _types
+from ..host.launch import Tile, fill_kernel, launch
+from .reduce import tile_for as _reduce_tile_for
 
 __all__ = ["ALGORITHMS", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
            "cummin", "plan", "run", "choose", "tile_for"]
 
 ALGORITHMS = ("single_pass", "reduce_then_scan", "single_block")
+_dispatch.register("scan", ALGORITHMS)
 
 #: Inputs of at most this many tiles go to ``single_block`` when no algorithm is named.
 SINGLE_BLOCK_TILES = 1
@@ -903,9 +900,8 @@ class Plan(collections.namedtuple("Plan", "spec tiles algorithm spine scratch"))
 
 
 def choose(op, in_vt, acc_vt, n):
-    """The default algorithm (the dispatcher's choice, see ``_dispatch.choose_scan``)."""
-    from . import _dispatch
-    return _dispatch.choose_scan(op, in_vt, acc_vt, n)
+    """The default algorithm (the dispatcher's choice, see ``dispatch.choose_scan``)."""
+    return _dispatch.choose_scan(n, tile_for(in_vt, acc_vt))
 
 
 def _check_algorithm(algorithm):
@@ -1203,7 +1199,7 @@ class _Express:
         if len(todo) != 1:
             return False
         fn, kkey, grid, nt, args = todo[0]
-        kernel = kernel_for(fn, kkey, args)
+        kernel = _launch.kernel_for(fn, kkey, args)
         pointers = ((0, "ptr"), (1, "ptr"))
 
         if p.algorithm != "single_pass":

@@ -66,8 +66,8 @@ from numba import config, cuda
 from .. import _codegen, block
 from ..ops import as_op, plus
 from ..values import ValueType
-from . import _arrays, _launch, _programs, _types
-from .reduce import Tile, launch
+from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
+from ..host.launch import Tile, launch
 from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
 
 __all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]

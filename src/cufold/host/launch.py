@@ -9,7 +9,7 @@ out once per kernel, then calls ``cuLaunchKernel``.
 
 Under Numba's CPU simulator (``NUMBA_ENABLE_CUDASIM=1``), and whenever the
 direct path is unavailable or switched off (``CUFOLD_LAUNCH=numba`` or
-``cufold.device._launch.DIRECT = False``), the same :meth:`Kernel.launch` goes
+``cufold.host.launch.DIRECT = False``), the same :meth:`Kernel.launch` goes
 through the Numba dispatcher: ``dispatcher[grid, block, stream, shared](*views)``.
 
 Kernel parameter ABI (Numba's ``_Kernel._prepare_args``; every field is its
@@ -48,8 +48,10 @@ tensors).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import struct
@@ -60,9 +62,10 @@ import warnings
 import numpy as np
 from numba import config, cuda
 from numba import types as nbtypes
+from numba.np.numpy_support import from_dtype
 
-from . import _arrays
-from ._arrays import Arr, as_numba
+from . import arrays as _arrays
+from .arrays import Arr, as_numba
 
 __all__ = ["Kernel", "get_kernel", "workspace", "clear_workspaces", "nvtx_range", "DIRECT",
            "NVTX", "LAUNCH_API", "CHECK_CONTEXT", "cache_dir", "LaunchError"]
@@ -313,7 +316,7 @@ class _Plan:
 
 def _bad_array(what, a, dt, nd):
     if not isinstance(a, Arr):
-        raise TypeError("cufold: kernel %s must be an Arr descriptor (cufold.device._arrays.describe); "
+        raise TypeError("cufold: kernel %s must be an Arr descriptor (cufold.host.arrays.describe); "
                         "got %s" % (what, type(a).__name__))
     raise TypeError("cufold: kernel %s must be a %d-d %s array; got %d-d %s"
                     % (what, nd, dt, a.ndim, a.dtype))
@@ -1127,6 +1130,66 @@ def get_kernel(key, factory, disk_key=None, **jit_options):
             k = Kernel(py_func, signature, key=key, disk_key=dk, **jit_options)
             _KERNELS[key] = k
     return k
+
+
+# ---------------------------------------------------------------------------
+# compiling kernels for their arguments, launching them
+
+#: A launch shape: threads per block (``nt``) and items per thread (``vt``).
+Tile = collections.namedtuple("Tile", "nt vt")
+
+
+def _nbtype(arg):
+    """The Numba type of a launch argument (an Arr, a tuple of them, or a scalar)."""
+    if isinstance(arg, tuple):
+        return nbtypes.BaseTuple.from_types([_nbtype(a) for a in arg])
+    if isinstance(arg, _arrays.Arr):
+        layout = "C" if arg.c_contiguous else "A"
+        return nbtypes.Array(from_dtype(arg.dtype), arg.ndim, layout)
+    if isinstance(arg, (bool, np.bool_)):
+        return nbtypes.boolean
+    return from_dtype(np.asarray(arg).dtype)
+
+
+def _layout(arg):
+    """What of an argument decides the compiled code: cheap to compute per call."""
+    if arg.__class__ is tuple:
+        return tuple(_layout(a) for a in arg)
+    if arg.__class__ is _arrays.Arr:
+        return arg.layout
+    return arg.__class__
+
+
+_kernels = {}
+
+
+def kernel_for(fn, key, args):
+    """The compiled kernel of ``fn`` for these arguments' types (cached by
+    ``key`` and the argument layout)."""
+    k = (key, tuple(_layout(a) for a in args))
+    kernel = _kernels.get(k)
+    if kernel is None:
+        sig = tuple(_nbtype(a) for a in args)
+        kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k))
+    return kernel
+
+
+def launch(fn, key, grid, nt, stream, args):
+    """Launch ``fn`` through the one launch path, compiling it once per argument layout."""
+    kernel_for(fn, key, args).launch(grid, nt, stream, 0, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def fill_kernel(out_vt):
+    """Kernel ``(out, value)``: one thread writes ``value`` (an empty input's result,
+    or the starting value of an atomic reduction)."""
+    store, cast = out_vt.store, out_vt.cast
+
+    def fill(out, value):
+        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+            store(out, 0, cast(value))
+
+    return fill
 
 
 # ---------------------------------------------------------------------------

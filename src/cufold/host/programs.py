@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _arrays, _launch
-from ._arrays import Arr
+from . import arrays as _arrays, launch as _launch
+from .arrays import Arr
 
 __all__ = ["Builder", "Program", "Programs", "Stale", "signature"]
 
@@ -152,7 +152,7 @@ class Builder:
         placeholders (alone or in a tuple) and values."""
         args = tuple(args)
         concrete = tuple(self._concrete(a) for a in args)
-        kernel = _launch_kernel_for(fn, key, concrete)
+        kernel = _launch.kernel_for(fn, key, concrete)
         vary, sources = [], []
         for i, a in enumerate(args):
             if a.__class__ is tuple:
@@ -267,11 +267,6 @@ def _check_covered(args, vary, kernel):
             if m.__class__ is Arr and m.ptr >= _MARK - _SPAN and (i, j) not in varied:
                 raise ValueError("cufold: kernel %s argument %s holds a per-call array the launch "
                                  "cannot vary" % (kernel.name, (i, j)))
-
-
-def _launch_kernel_for(fn, key, args):
-    from .reduce import kernel_for       # the one compile cache (moves to the launch path)
-    return kernel_for(fn, key, args)
 
 
 class Programs(_launch.BoundedCache):

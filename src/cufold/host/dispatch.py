@@ -1,11 +1,11 @@
 """The dispatcher: which algorithm runs when the caller names none.
 
 One place for the choices, so that a measurement that moves a threshold moves
-it here. Thresholds are in elements and were measured on an H100 (see
-bench/results/); the simulator takes the same paths.
+it here. Thresholds are in elements (tiles of the family's own tile size) and
+were measured on an H100 and an H200 (see bench/results/); the simulator takes
+the same paths. Each algorithm family registers its algorithm names here when
+it is imported (:func:`register`); nothing here imports a family.
 """
-
-from . import reduce as _reduce
 
 #: Inputs up to this many tiles go to one block (seed 002's latency path).
 SINGLE_BLOCK_TILES = 1
@@ -16,6 +16,13 @@ SINGLE_BLOCK_TILES = 1
 #: against reduce-then-scan's 63% (tools/tune_scan.py, 2026-11-21).
 REDUCE_THEN_SCAN_MIN = None
 
+_ALGORITHMS = {}
+
+
+def register(kind, names):
+    """Family ``kind``'s algorithm names (what ``algorithm=`` accepts), in order."""
+    _ALGORITHMS[kind] = tuple(names)
+
 
 def algorithms(kind):
     """The names ``algorithm=`` accepts for ``kind``: 'reduce', 'scan',
@@ -23,27 +30,24 @@ def algorithms(kind):
 
     Example: ``cufold.algorithms("reduce")`` -> ``('single_pass', 'two_pass', ...)``
     """
-    import importlib
-    modules = {"reduce": "reduce", "scan": "scan", "reduce_by_key": "bykey", "histogram": "histogram"}
-    if kind not in modules:
-        raise ValueError("cufold: no algorithms of kind %r; kinds are %s" % (kind, ", ".join(map(repr, modules))))
-    return importlib.import_module("cufold.device." + modules[kind]).ALGORITHMS
+    if kind not in _ALGORITHMS:
+        raise ValueError("cufold: no algorithms of kind %r; kinds are %s"
+                         % (kind, ", ".join(map(repr, sorted(_ALGORITHMS)))))
+    return _ALGORITHMS[kind]
 
 
-def choose_reduce(op, acc_vt, n, device_id):
-    """Single block for inputs of at most a tile, else the single-launch
-    last-block reduction (deterministic, no atomics on the data)."""
-    tile = _reduce.tile_for(acc_vt, acc_vt)
+def choose_reduce(n, tile):
+    """Single block for inputs of at most a tile (``tile``: the accumulator's
+    tile), else the single-launch last-block reduction (deterministic, no
+    atomics on the data)."""
     if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
         return "single_block"
     return "single_pass"
 
 
-def choose_scan(op, in_vt, acc_vt, n):
+def choose_scan(n, tile):
     """Single block for at most a tile, else the single-pass look-back scan (one
     launch)."""
-    from . import scan
-    tile = scan.tile_for(in_vt, acc_vt)
     if n <= SINGLE_BLOCK_TILES * tile.nt * tile.vt:
         return "single_block"
     if REDUCE_THEN_SCAN_MIN is not None and n >= REDUCE_THEN_SCAN_MIN:
