@@ -582,3 +582,17 @@ def test_bounded_cache_starts_again_when_full():
     assert c.get(2) == "2" and len(c) == 3
     assert c.put("next", 1) == 1
     assert dict(c) == {"next": 1}
+
+
+def test_pointer_slots_of_tuple_members():
+    """The data pointer of array j of a tuple argument sits after the slots of the
+    members before it (5 + 2 * ndim per array): found on Numba's tuple types, which
+    take no slices."""
+    from numba import types as nbt
+    a1, a2 = nbt.Array(nbt.float32, 1, "C"), nbt.Array(nbt.int64, 2, "A")
+    k = L.Kernel(lambda x, t: None, (nbt.int64, nbt.Tuple((a1, a2, a1))))
+    assert L._pointer_slot(k, (1, "ptr", 0)) == 1 + 4
+    assert L._pointer_slot(k, (1, "ptr", 1)) == 1 + 7 + 4
+    assert L._pointer_slot(k, (1, "ptr", 2)) == 1 + 7 + 9 + 4
+    k2 = L.Kernel(lambda x: None, (nbt.UniTuple(a1, 3),))
+    assert L._pointer_slot(k2, (0, "ptr", 2)) == 14 + 4

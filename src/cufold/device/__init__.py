@@ -14,7 +14,7 @@ import numpy as np
 from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
 from ..ops import multiplies, plus, welford
 from ..values import ValueType
-from ..host import arrays as _arrays, launch as _launch, types as _types
+from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
 from . import axis as _axis
 from . import reduce as _reduce_mod
 from ..host.dispatch import algorithms
@@ -28,12 +28,6 @@ __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", 
            "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
 
 
-def _inputs(x):
-    if x.__class__ is tuple:
-        return _arrays.describe_many(x)
-    return (_arrays.describe(x),)
-
-
 def _flat(a):
     """A C-contiguous N-D array as its 1-D sequence of elements."""
     return _arrays.window(a, 0, (a.size,), (1,))
@@ -42,30 +36,6 @@ def _flat(a):
 def _vector(a):
     """``a`` (one element) as a 1-element 1-D array, as the kernels write it."""
     return _arrays.window(a, 0, (1,), (1,))
-
-
-def _outputs(like, out_vt, out, stream):
-    """(kernel views, objects to return): new 0-d arrays of the input's library,
-    or the caller's ``out`` array(s)."""
-    if out is None:
-        objs, vecs = [], []
-        for f in out_vt.fields:
-            obj, arr = _arrays.empty(like, (), f, stream)
-            objs.append(obj)
-            vecs.append(_vector(arr))
-    else:
-        objs = list(out) if out.__class__ is tuple else [out]
-        if len(objs) != out_vt.arity:
-            raise ValueError("cufold: out= needs %d array(s) for a result of type %s" % (out_vt.arity, out_vt))
-        vecs = []
-        for o, f in zip(objs, out_vt.fields):
-            a = _arrays.describe(o, "out")
-            if a.size != 1:
-                raise ValueError("cufold: out= must hold exactly one element, it has %d" % a.size)
-            if a.dtype != f:
-                raise TypeError("cufold: out= has dtype %s, the result is %s" % (a.dtype, f))
-            vecs.append(_vector(a))
-    return (tuple(vecs) if out_vt.is_tuple else vecs[0]), objs
 
 
 class _Prepared:
@@ -85,158 +55,125 @@ class _Prepared:
         op.check(self.acc_vt)
 
 
-_prepared = {}
+def _no_options(dtype):
+    return {}
 
 
-class _Express:
-    """The common call of one reduction -- a whole contiguous array, no
-    ``init``, ``out``, ``stream``, ``dtype`` or ``axis`` -- made cheap.
+_signature = _programs.signature
 
-    A small reduction is all host time (torch.sum: ~6 us per call). Per
-    (input dtype, length, stream, device, library) this finds the plan, the
-    result dtype and a bound launch once (:func:`reduce.runner`); a call then
-    reads the input's pointer, takes a result array (:func:`_arrays.scalar_results`)
-    and launches. Anything else (``None`` from the call) goes the general way.
-    ``options(dtype)`` gives the configuration's ``_reduce`` keywords that
-    depend on the input dtype (accumulator, result, lift, project).
+
+class _Reduction:
+    """One configured reduction -- an operator, and what depends on the input's
+    dtype (``options(dtype)``: accumulator, result, lift, projection, ddof) --
+    called per array: the host path of ``reduce`` and every shortcut.
+
+    Per call signature (:mod:`cufold.host.programs`) the first call plans a
+    Program; later calls describe their arrays and run it (a small reduction is
+    all host time: torch.sum costs ~8 us per call).
     """
 
-    __slots__ = ("op", "options", "name", "needs_items", "runs", "torch_runs")
+    __slots__ = ("op", "options", "name", "needs_items", "programs")
 
     def __init__(self, op, options=None, name="reduce", needs_items=False):
-        self.op = as_op(op)
-        self.options = options or (lambda dt: {})
+        self.op = op                     # as given: a plain function becomes an Op when planned
+        self.options = options or _no_options
         self.name, self.needs_items = name, needs_items
-        self.runs = _launch.BoundedCache(1024)
-        self.torch_runs = _launch.BoundedCache(1024)    # torch tensors: keyed by their own attributes
+        self.programs = _programs.Programs(1024)
 
-    def reduce(self, x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims):
-        """The reduction this object is: the express path for a plain call, else
-        the general one (``_reduce``) with the same configuration."""
-        if (init is None and dtype is None and out is None and stream is None and axis is None
-                and not keepdims and algorithm is None and deterministic):
-            r = self(x)
-            if r is not None:
-                return r
-        return _reduce(x, self.op, init, dtype, out, stream, algorithm, deterministic, axis=axis,
-                       keepdims=keepdims, options=self.options, name=self.name, needs_items=self.needs_items)
+    def __call__(self, x, init=None, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,
+                 axis=None, keepdims=False):
+        is_tuple = x.__class__ is tuple
+        arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
+        if out is None:
+            given = ()
+        else:
+            given = tuple(_arrays.describe(o, "out") for o in (out if out.__class__ is tuple else (out,)))
+        h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
+        key = (tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm, deterministic, is_tuple,
+               tuple(map(_signature, given)), stream is not None, _reduce_mod.tile_override())
 
-    def __call__(self, x):
-        if x.__class__ is _arrays.TORCH_TENSOR[0] and _launch._nvtx_annotate is None:
-            # The commonest input, read directly (half the cost of describe()):
-            # only its pointer changes from call to call.
-            dev = x.get_device()
-            if dev >= 0 and x.is_contiguous():
-                n = x.numel()
-                h = _arrays._torch_raw_stream(dev)
-                key = (x.dtype, n, h, dev, _reduce_mod.tile_override())
-                run = self.torch_runs.get(key)
-                if run is None:
-                    like = _arrays.describe(x)
-                    run = self.torch_runs.put(key, self._make(_flat(like) if like.ndim != 1 else like, n, h,
-                                                              torch_direct=True))
-                if run:
-                    return run(x.data_ptr())
-        if x.__class__ is tuple or _launch._nvtx_annotate is not None:
-            return None
-        like = _arrays.describe(x)
-        if not like.c_contiguous:     # the bound launches write pointers and lengths only
-            return None
-        if like.ndim != 1:
-            like = _flat(like)
-        n = like.size
-        h = _arrays.stream_handle(like)
-        key = (like.dtype, n, h, like.device_id, like.library, _reduce_mod.tile_override())
-        run = self.runs.get(key)
-        if run is None:
-            run = self.runs.put(key, self._make(like, n, h))
-        return run(like.ptr) if run else None
+        def plan():
+            return self._plan(arrs, given, is_tuple, init, dtype, algorithm, deterministic, axis, keepdims, h,
+                              h if stream is not None else None)
 
-    def _make(self, like, n, h, torch_direct=False):
-        """``run(x_ptr) -> result``, or False where this call shape goes the
-        general way. ``torch_direct``: for tensors read without ``describe``,
-        which would reject a lazily conjugated complex one, so complex is not taken."""
-        if n == 0 or like.library == "jax" or (torch_direct and like.dtype.kind == "c"):
-            return False
-        o = self.options(like.dtype)
-        prep = _prepare(self.op, (like,), False, None, o.get("acc"), o.get("result"))
-        p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, None,
-                             lift=o.get("lift", "value"), project=o.get("project", "value"),
-                             ddof=o.get("ddof", 0), deterministic=True)
-        if not _reduce_mod.one_launch(p):
-            return False
-        dev, out_vt = like.device_id, prep.out_vt
-        fields = out_vt.fields if out_vt.is_tuple else (out_vt.dtype,)
-        # the results' layout, bound once; each call gives new pointers
-        outs = tuple(_arrays.shell(like, f, (1,)) for f in fields)
-        outs = outs if out_vt.is_tuple else outs[0]
-        go = _reduce_mod.runner(p, like, outs, h, dev, by_pointer=True)
-        # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input)
-        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, outs, h, dev, by_pointer=True)
-        takes = [_arrays.scalar_results(like, f, h) for f in fields]
-        if out_vt.is_tuple:
-            def run_fields(ptr):
-                got = [take() for take in takes]
-                (go if ptr & 7 else go_wide)(ptr, *[g[1] for g in got])
-                return tuple(g[0] for g in got)
+        got = self.programs.run(key, plan, *arrs, *given)
+        return out if out is not None else got
 
-            return run_fields
-        take = takes[0]
-
-        def run(ptr):
-            obj, out_ptr = take()
-            (go if ptr & 7 else go_wide)(ptr, out_ptr)
-            return obj
-
-        return run
-
-
-def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=None, keepdims=False,
-            lift="value", project="value", ddof=0, acc=None, result=None, name="reduce", needs_items=False,
-            options=None):
-    """The general reduction. ``options``: ``dtype -> {keyword: value}``, those of
-    ``lift``, ``project``, ``ddof``, ``acc``, ``result`` that depend on the input's
-    dtype (read here, from the one description of ``x``)."""
-    with _launch.nvtx_range(name):
-        arrs = _inputs(x)
+    def _plan(self, arrs, given, is_tuple, init, dtype, algorithm, deterministic, axis, keepdims, h,
+              alloc_stream):
         like = arrs[0]
-        if options is not None:
-            o = options(like.dtype)
-            lift, project, ddof = o.get("lift", lift), o.get("project", project), o.get("ddof", ddof)
-            acc, result = o.get("acc", acc), o.get("result", result)
+        o = self.options(like.dtype)
+        lift, project, ddof = o.get("lift", "value"), o.get("project", "value"), o.get("ddof", 0)
+        prep = _prepare(self.op, arrs, is_tuple, dtype, o.get("acc"), o.get("result"))
+        b = _programs.Builder(like.device_id, h, alloc_stream)
+        xs = tuple(b.input(a) for a in arrs)
+        first = xs[0]
+        ys = tuple(b.input(a) for a in given)
+        out_vt = prep.out_vt
+        if given:
+            _arrays.same_device(arrs + given, "x and out")
         if like.ndim != 1 or axis is not None or keepdims:
             axes = _axis.normalize_axis(axis, like.ndim)
             whole = len(axes) == like.ndim and not keepdims and all(a.c_contiguous for a in arrs)
+            if lift == "index" and not whole and len(axes) != 1 and len(axes) != like.ndim:
+                raise ValueError("cufold: %s takes a single axis (or None)" % self.name)
             if not whole:
-                return _by_axes(arrs, x, op, init, dtype, out, stream, algorithm, axes, keepdims, lift, project,
-                                ddof, acc, result, name, needs_items)
-            arrs = tuple(_flat(a) for a in arrs)
-            like = arrs[0]
-        is_tuple = x.__class__ is tuple
-        prep = _prepare(op, arrs, is_tuple, dtype, acc, result)
-        op = prep.op
+                _axis.plan_axes(b, xs, ys, is_tuple, axes, keepdims, prep, init, algorithm, lift, project, ddof,
+                                self.needs_items, self.name)
+                return b.build(_results(out_vt, given))
+            xs = tuple(_flat(a) for a in xs)
+        outs = _scalar_outputs(b, first, out_vt, ys)
         n = like.size
-        handle = _arrays.stream_handle(like, stream)
-        outs, objs = _outputs(like, prep.out_vt, out, None if stream is None else handle)
         if n == 0 and lift == "welford":
-            # NumPy: the mean (and variance) of nothing is NaN, with a warning.
-            warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=3)
-            nan = tuple(np.nan for _ in prep.out_vt.fields)
-            _launch.launch(_launch.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
-                               (outs, prep.out_vt.make(nan if prep.out_vt.is_tuple else nan[0])))
+            # NumPy: the mean (and variance) of nothing is NaN, with a warning (at every call).
+            nan = tuple(np.nan for _ in out_vt.fields)
+            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1,
+                     (outs, out_vt.make(nan if out_vt.is_tuple else nan[0])))
+            b.after(lambda arrays, values: warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=4))
         elif n == 0:
-            value = init if init is not None else op.identity_for(prep.acc_vt)
-            if needs_items or value is None:
+            value = init if init is not None else prep.op.identity_for(prep.acc_vt)
+            if self.needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
-                                 % (name if needs_items else op.name))
-            _launch.launch(_launch.fill_kernel(prep.out_vt), ("fill", prep.out_vt), 1, 1, handle,
-                               (outs, prep.out_vt.make(value)))
+                                 % (self.name if self.needs_items else prep.op.name))
+            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1, (outs, out_vt.make(value)))
         else:
-            p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, prep.out_vt, n, like.device_id, algorithm,
+            p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, n, like.device_id, algorithm,
                                  lift=lift, project=project, ddof=ddof, deterministic=deterministic)
-            _reduce_mod.run(p, arrs if is_tuple else like, n, outs, handle, like.device_id, init)
-        result_objs = [_arrays.to_library(o, like) for o in objs] if out is None else objs
-        return tuple(result_objs) if prep.out_vt.is_tuple else result_objs[0]
+            _reduce_mod.run(b, p, xs if is_tuple else xs[0], n, outs, init)
+        return b.build(_results(out_vt, given))
+
+
+def _scalar_outputs(b, like, out_vt, given):
+    """The results as 1-element arrays: new 0-d outputs of the Program, or out= (checked)."""
+    if not given:
+        vecs = [_vector(b.output(like, (), f)) for f in out_vt.fields]
+    else:
+        if len(given) != out_vt.arity:
+            raise ValueError("cufold: out= needs %d array(s) for a result of type %s" % (out_vt.arity, out_vt))
+        vecs = []
+        for a, f in zip(given, out_vt.fields):
+            if a.size != 1:
+                raise ValueError("cufold: out= must hold exactly one element, it has %d" % a.size)
+            if a.dtype != f:
+                raise TypeError("cufold: out= has dtype %s, the result is %s" % (a.dtype, f))
+            vecs.append(_vector(a))
+    return tuple(vecs) if out_vt.is_tuple else vecs[0]
+
+
+def _results(out_vt, given):
+    """The Program's finish: the new result(s) (none where out= was given: the caller returns it)."""
+    if given:
+        return lambda got: None
+    if out_vt.is_tuple:
+        return tuple
+    return _first
+
+
+def _first(got):
+    return got[0]
+
+
+_prepared = {}
 
 
 def _prepare(op, arrs, is_tuple, dtype, acc, result):
@@ -246,15 +183,6 @@ def _prepare(op, arrs, is_tuple, dtype, acc, result):
     if prep is None:
         prep = _prepared[key] = _Prepared(as_op(op), in_dtypes, is_tuple, dtype, acc, result)
     return prep
-
-
-def _by_axes(arrs, x, op, init, dtype, out, stream, algorithm, axes, keepdims, lift, project, ddof, acc,
-             result, name, needs_items):
-    prep = _prepare(op, arrs, x.__class__ is tuple, dtype, acc, result)
-    if lift == "index" and len(axes) != 1 and len(axes) != arrs[0].ndim:
-        raise ValueError("cufold: %s takes a single axis (or None)" % name)
-    return _axis.reduce_axes(arrs, x.__class__ is tuple, axes, keepdims, prep, init, out, stream, algorithm,
-                             lift, project, ddof, needs_items, name)
 
 
 def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=None, stream=None,
@@ -287,48 +215,48 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
         >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
         (array(45, dtype=int32), array(18, dtype=int32))
     """
-    ex = _express_by_op.get(op)
-    if ex is None:
-        ex = _express_by_op.put(op, _Express(op))
-    return ex.reduce(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims)
+    r = _by_op.get(op)
+    if r is None:
+        r = _by_op.put(op, _Reduction(op))
+    return r(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
-_express_by_op = _launch.BoundedCache(256)
-_SUM, _PROD = _Express(plus, name="sum"), _Express(multiplies, name="prod")
-_MIN, _MAX = _Express(minimum, name="min", needs_items=True), _Express(maximum, name="max", needs_items=True)
+_by_op = _launch.BoundedCache(256)     # reductions by operator (users' too: bounded)
+_SUM, _PROD = _Reduction(plus, name="sum"), _Reduction(multiplies, name="prod")
+_MIN, _MAX = _Reduction(minimum, name="min", needs_items=True), _Reduction(maximum, name="max", needs_items=True)
 
 
 def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
     """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
-    return _SUM.reduce(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims)
+    return _SUM(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
 def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
     """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
-    return _PROD.reduce(x, None, dtype, out, stream, algorithm, True, axis, keepdims)
+    return _PROD(x, None, dtype, out, stream, algorithm, True, axis, keepdims)
 
 
 def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
-    return _MIN.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MIN(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
     """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
-    return _MAX.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MAX(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def _arg_options(dt):
     return {"lift": "index", "project": "index", "acc": (_types.accumulate(dt), np.int64), "result": np.int64}
 
 
-_ARGMIN = _Express(_argmin_op, _arg_options, name="argmin", needs_items=True)
-_ARGMAX = _Express(_argmax_op, _arg_options, name="argmax", needs_items=True)
+_ARGMIN = _Reduction(_argmin_op, _arg_options, name="argmin", needs_items=True)
+_ARGMAX = _Reduction(_argmax_op, _arg_options, name="argmax", needs_items=True)
 
 
 def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
-    return (_ARGMAX if op is _argmax_op else _ARGMIN).reduce(x, None, None, out, stream, algorithm, True,
-                                                            axis, keepdims)
+    return (_ARGMAX if op is _argmax_op else _ARGMIN)(x, None, None, out, stream, algorithm, True, axis,
+                                                      keepdims)
 
 
 def _argmin(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
@@ -349,7 +277,7 @@ def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=No
 
 def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
-    return _MINMAX.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MINMAX(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def _minmax_options(dt):
@@ -357,7 +285,7 @@ def _minmax_options(dt):
     return {"lift": "pair", "acc": (acc, acc), "result": (dt, dt)}
 
 
-_MINMAX = _Express(_minmax_op, _minmax_options, name="minmax", needs_items=True)
+_MINMAX = _Reduction(_minmax_op, _minmax_options, name="minmax", needs_items=True)
 
 
 # argmin, argmax and minmax are operators (cufold.argmax(a, b) combines two
@@ -375,18 +303,16 @@ def _moment_options(project, ddof, dtype, in_dtype):
     return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
 
 
-_moment_express = _launch.BoundedCache(64)
+_moments_by = _launch.BoundedCache(256)
 
 
 def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
-    if dtype is None and ddof.__class__ is int:
-        ex = _moment_express.get((project, ddof))
-        if ex is None:
-            ex = _moment_express.put((project, ddof), _Express(
-                welford, lambda dt: _moment_options(project, ddof, None, dt), name=name, needs_items=True))
-        return ex.reduce(x, None, None, out, stream, algorithm, True, axis, keepdims)
-    return _reduce(x, welford, None, None, out, stream, algorithm, True, axis=axis, keepdims=keepdims,
-                   name=name, needs_items=True, options=lambda dt: _moment_options(project, ddof, dtype, dt))
+    key = (project, ddof, dtype)
+    r = _moments_by.get(key)
+    if r is None:
+        r = _moments_by.put(key, _Reduction(
+            welford, lambda dt: _moment_options(project, ddof, dtype, dt), name=name, needs_items=True))
+    return r(x, None, None, out, stream, algorithm, True, axis, keepdims)
 
 
 def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):

@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from .. import warp
-from ..host import arrays as _arrays, launch as _launch
+from ..host import arrays as _arrays
 from . import reduce as _reduce_mod
 
 #: Per-output whole-array reductions when there are at most this many outputs
@@ -143,9 +143,11 @@ def axis_kernel(spec, kind, nd_keep, nd_red):
     return rows
 
 
-def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorithm, lift, project, ddof,
-                needs_items, name):
-    """Reduce ``arrs`` (descriptors of equally shaped arrays) over ``axes``."""
+def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, lift, project, ddof,
+              needs_items, name):
+    """Add the reduction of ``arrs`` (placeholders of equally shaped arrays) over
+    ``axes`` to Program builder ``b``; ``given``: the placeholders of ``out=``, or
+    empty (then the results are new arrays: outputs of the Program, in order)."""
     like = arrs[0]
     shape = like.shape
     for a in arrs[1:]:
@@ -158,19 +160,16 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
     m_count = int(np.prod([shape[d] for d in keep], dtype=np.int64))
     k_count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
     out_vt = prep.out_vt
-    handle = _arrays.stream_handle(like, stream)
-    objs, outs = _result_arrays(like, out_vt, out_shape, m_count, out, None if stream is None else handle)
-    result = tuple(objs) if out_vt.is_tuple else objs[0]
+    outs = _result_arrays(b, like, out_vt, out_shape, m_count, given)
     if m_count == 0:
-        return result
+        return
     if k_count == 0:
         value = init if init is not None else prep.op.identity_for(prep.acc_vt)
         if needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
-        fill = _fill_many(out_vt)
-        _launch.launch(fill, ("fill_many", out_vt), -(-m_count // 256), 256, handle,
-                           (outs, m_count, out_vt.make(value)))
-        return result
+        b.launch(_fill_many(out_vt), ("fill_many", out_vt), -(-m_count // 256), 256,
+                 (outs, m_count, out_vt.make(value)))
+        return
     # Element offsets from the lowest address, so every index is non-negative.
     lowest = sum(s * (n - 1) for n, s in zip(shape, like.strides) if s < 0)
     extent = sum(abs(s) * (n - 1) for n, s in zip(shape, like.strides)) + 1
@@ -189,9 +188,9 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
     init_value = prep.acc_vt.make(init) if has_init else _reduce_mod._zero(prep.acc_vt)
     few = m_count <= FEW_OUTPUTS and k_count >= FEW_OUTPUTS_MIN_ITEMS and len(red_shape) == 1
     if few:
-        _few_outputs(arrs, is_tuple, outs, keep_shape, keep_strides, red_shape[0], red_strides[0], prep, init,
-                     handle, algorithm, lift, project, ddof, m_count)
-        return result
+        _few_outputs(b, arrs, is_tuple, outs, keep_shape, keep_strides, red_shape[0], red_strides[0], prep, init,
+                     algorithm, lift, project, ddof, m_count)
+        return
     kind = "columns" if (m_count >= 4096 or k_count <= 32) else "rows"
     kernel = axis_kernel(spec, kind, len(keep_shape), len(red_shape))
     keep_arg = tuple(np.int64(v) for v in keep_shape)
@@ -201,8 +200,7 @@ def reduce_axes(arrs, is_tuple, axes, keepdims, prep, init, out, stream, algorit
     threads = m_count if kind == "columns" else m_count * 32
     nt = 256
     grid = max(1, min(-(-threads // nt), 65535 * 4))
-    _launch.launch(kernel, ("axis", spec, kind, len(keep_shape), len(red_shape)), grid, nt, handle, args)
-    return result
+    b.launch(kernel, ("axis", spec, kind, len(keep_shape), len(red_shape)), grid, nt, args)
 
 
 def _flat(a, lowest, extent):
@@ -211,32 +209,27 @@ def _flat(a, lowest, extent):
     return _arrays.window(a, lowest, (extent,), (1,))
 
 
-def _result_arrays(like, out_vt, out_shape, m_count, out, stream):
-    objs, vecs = [], []
-    if out is None:
+def _result_arrays(b, like, out_vt, out_shape, m_count, given):
+    """The results' flat views: of new output arrays, or of ``out=``'s placeholders (checked)."""
+    vecs = []
+    if not given:
         for f in out_vt.fields:
-            obj, arr = _arrays.empty(like, out_shape, f, stream)
-            objs.append(obj)
-            vecs.append(_arrays.window(arr, 0, (m_count,), (1,)))
+            vecs.append(_arrays.window(b.output(like, out_shape, f), 0, (m_count,), (1,)))
     else:
-        given = list(out) if isinstance(out, tuple) else [out]
         if len(given) != out_vt.arity:
             raise ValueError("cufold: out= needs %d array(s) for a result of type %s" % (out_vt.arity, out_vt))
-        for o, f in zip(given, out_vt.fields):
-            a = _arrays.describe(o, "out")
+        for a, f in zip(given, out_vt.fields):
             if a.shape != out_shape:
                 raise ValueError("cufold: out= has shape %s, the result has shape %s" % (a.shape, out_shape))
             if a.dtype != f:
                 raise TypeError("cufold: out= has dtype %s, the result is %s" % (a.dtype, f))
             if not a.c_contiguous:
                 raise ValueError("cufold: out= must be C-contiguous")
-            objs.append(o)
             vecs.append(_arrays.window(a, 0, (m_count,), (1,)))
-    outs = tuple(vecs) if out_vt.is_tuple else vecs[0]
-    return objs, outs
+    return tuple(vecs) if out_vt.is_tuple else vecs[0]
 
 
-def _few_outputs(arrs, is_tuple, outs, keep_shape, keep_strides, k_count, k_stride, prep, init, handle,
+def _few_outputs(b, arrs, is_tuple, outs, keep_shape, keep_strides, k_count, k_stride, prep, init,
                  algorithm, lift, project, ddof, m_count):
     """One whole-array reduction per output (few outputs, long reduced axis)."""
     unravel = np.unravel_index
@@ -247,10 +240,9 @@ def _few_outputs(arrs, is_tuple, outs, keep_shape, keep_strides, k_count, k_stri
         row = tuple(_arrays.window(a, off, (k_count,), (k_stride,)) for a in arrs)
         xs = row if is_tuple else row[0]
         dst = tuple(_arrays.window(o, m, (1,), (1,)) for o in out_fields)
-        p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, k_count, arrs[0].device_id,
+        p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, k_count, b.device_id,
                              algorithm, lift=lift, project=project, ddof=ddof)
-        _reduce_mod.run(p, xs, k_count, dst if prep.out_vt.is_tuple else dst[0], handle, arrs[0].device_id,
-                        init)
+        _reduce_mod.run(b, p, xs, k_count, dst if prep.out_vt.is_tuple else dst[0], init)
 
 
 @functools.lru_cache(maxsize=None)

@@ -574,106 +574,49 @@ def _fields(vt, arrs):
     return tuple(arrs) if vt.is_tuple else arrs[0]
 
 
-_runners = _launch.BoundedCache(4096)
-
-
-def runner(plan_, xs, outs, stream, device_id, by_pointer=False):
-    """``go(xs, n, outs)``: a one-launch plan (no ``init``) with everything but
-    the data bound once (cached per plan, stream and argument layout).
-
-    ``by_pointer``: ``go(x_ptr, *out_ptrs)`` instead, device pointers of an
-    input laid out as ``xs`` (1-D, contiguous, this plan's length) and of
-    results laid out as ``outs`` (1-element arrays, one per field of a tuple
-    result): only pointers change from call to call (the express path)."""
-    if by_pointer:
-        fields = range(len(outs)) if outs.__class__ is tuple else (None,)
-        vary = ((0, "ptr"),) + tuple((4, "ptr") if j is None else (4, "ptr", j) for j in fields)
-        return _one_launch(plan_, xs, outs, stream, device_id, vary)
-    key = (plan_, stream, _launch._layout(xs), _launch._layout(outs))
-    go = _runners.get(key)
-    return go if go is not None else _runners.put(key, _one_launch(plan_, xs, outs, stream, device_id))
-
-
-def one_launch(plan_):
-    """Whether :func:`runner` can run this plan (one kernel, the result written by it)."""
-    return plan_.spec.finish in ("final", "last_block")
-
-
-def run(plan_, xs, n, outs, stream, device_id, init):
-    """Launch a plan: ``xs`` the input Arr(s), ``outs`` 1-element Arr(s) of the result."""
+def run(b, plan_, xs, n, outs, init):
+    """Add a plan's launches to Program builder ``b`` (``host.programs``): ``xs`` the
+    input Arr(s), ``outs`` 1-element Arr(s) of the result."""
     plan_ = plan_.for_input(xs)
-    if init is None and plan_.spec.finish in ("final", "last_block"):
-        # The common case, one launch: everything but the data is bound once.
-        runner(plan_, xs, outs, stream, device_id)(xs, n, outs)
-        return
     spec, grid = plan_.spec, plan_.grid
     acc_vt, nt = spec.acc_vt, spec.tile.nt
     has_init = init is not None
     init_value = acc_vt.make(init) if has_init else _zero(acc_vt)
     partial_count = grid if spec.finish in ("partials", "last_block") else 1
-    partials, counter = _workspace(device_id, stream, acc_vt, max(partial_count, 1))
+    partials, counter = _workspace(b.device_id, b.stream, acc_vt, max(partial_count, 1))
     if spec.finish in ("atomic_warp", "atomic_block"):
         start = init_value if has_init else spec.op.identity_for(acc_vt)
-        launch(fill_kernel(spec.out_vt), ("fill", spec.out_vt), 1, 1, stream, (outs, start))
+        b.launch(fill_kernel(spec.out_vt), ("fill", spec.out_vt), 1, 1, (outs, start))
+    b.launch(reduce_kernel(spec), ("reduce", spec), grid, nt, (xs, n, partials, counter, outs, init_value, has_init))
     if spec.finish != "partials":
-        launch(reduce_kernel(spec), ("reduce", spec), grid, nt, stream,
-               (xs, n, partials, counter, outs, init_value, has_init))
         return
     # Partials, then fold them again: once more for two_pass (one block), recursively for tiles.
-    launch(reduce_kernel(spec), ("reduce", spec), grid, nt, stream,
-           (xs, n, partials, counter, outs, init_value, has_init))
-    again = plan(spec.op, acc_vt, acc_vt, spec.out_vt, grid, device_id,
+    again = plan(spec.op, acc_vt, acc_vt, spec.out_vt, grid, b.device_id,
                  "single_block" if plan_.algorithm == "two_pass" else plan_.algorithm,
                  project=spec.project, ddof=spec.ddof)
     if again.grid > 1:
         # Fold into a second scratch area behind the first (tiles recursion).
-        copy = _copy_partials(device_id, stream, acc_vt, partials, grid)
-        run(again, copy, grid, outs, stream, device_id, init)
+        run(b, again, _copy_partials(b, acc_vt, partials, grid), grid, outs, init)
         return
-    launch(reduce_kernel(again.spec), ("reduce", again.spec), 1, again.spec.tile.nt, stream,
-           (partials, grid, partials, counter, outs, init_value, has_init))
-
-
-def _one_launch(plan_, xs, outs, stream, device_id, vary=(0, 1, 4)):
-    """The runner of a one-launch plan: a bound launch (:meth:`Kernel.bind`)
-    where the arguments ``vary`` (default: the input, its length, the result)
-    change from call to call, else a closure over :meth:`Kernel.launch`."""
-    spec, grid, nt = plan_.spec, plan_.grid, plan_.spec.tile.nt
-    partials, counter = _workspace(device_id, stream, spec.acc_vt, max(grid, 1))
-    zero = _zero(spec.acc_vt)
-    args = (xs, xs.size if xs.__class__ is _arrays.Arr else 1, partials, counter, outs, zero, False)
-    kernel = _launch.kernel_for(reduce_kernel(spec), ("reduce", spec), args)
-    one_d = all(a.__class__ is _arrays.Arr and a.ndim == 1 for a in (xs,) + _as_tuple(outs))
-    if one_d and (4 not in vary or outs.__class__ is _arrays.Arr):   # bind varies arrays, not tuples
-        return kernel.bind(grid, nt, stream, 0, args, vary)
-    assert vary == (0, 1, 4), "pointer launches take 1-D arrays"
-    launch_ = kernel.launch
-
-    def runner(xs, n, outs):
-        launch_(grid, nt, stream, 0, xs, n, partials, counter, outs, zero, False)
-
-    return runner
-
-
-def _as_tuple(a):
-    return a if a.__class__ is tuple else (a,)
+    b.launch(reduce_kernel(again.spec), ("reduce", again.spec), 1, again.spec.tile.nt,
+             (partials, grid, partials, counter, outs, init_value, has_init))
 
 
 _spare = {}
 
 
-def _copy_partials(device_id, stream, acc_vt, partials, count):
+def _copy_partials(b, acc_vt, partials, count):
     """The tiles recursion reads level k while writing level k+1: give level k its
     own buffer (bounded by n / tile, allocated once per size class)."""
-    key = (device_id, stream, acc_vt, count.bit_length())
+    key = (b.device_id, b.stream, acc_vt, count.bit_length())
     arrs = _spare.get(key)
     if arrs is None:
         cap = 1 << count.bit_length()
         arrs = _spare[key] = tuple(_arrays.describe(cuda.device_array(cap, f)) for f in acc_vt.fields)
     fields = partials if acc_vt.is_tuple else (partials,)
     dst = tuple(a.view(a.dtype, (count,), 0) for a in arrs)
-    launch(_copy_kernel(acc_vt), ("copy", acc_vt), -(-count // 256), 256, stream,
-           (_fields(acc_vt, fields), _fields(acc_vt, dst), count))
+    b.launch(_copy_kernel(acc_vt), ("copy", acc_vt), -(-count // 256), 256,
+             (_fields(acc_vt, fields), _fields(acc_vt, dst), count))
     return _fields(acc_vt, dst)
 
 

@@ -86,7 +86,7 @@ from numba import config, cuda
 from .. import _codegen, block
 from ..ops import as_op, maximum, minimum, multiplies, plus
 from ..values import ValueType
-from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, types as _types
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs, types as _types
 from ..host.launch import Tile, fill_kernel, launch
 from .reduce import tile_for as _reduce_tile_for
 
@@ -1058,26 +1058,24 @@ def look_back_state(device_id, stream, tiles):
     return st
 
 
+def add_launches(b, p, xs, outs, n, init, has_init, totals=None):
+    """Add a plan's launches, in order, to Program builder ``b`` (``host.programs``).
+    ``xs``/``outs``: the input and output Arr(s) (``outs`` may be ``xs``); ``init``:
+    a host value of the accumulator type (an exclusive scan's first value; ignored
+    by inclusive scans); ``totals``: 1-element Arr(s) of the result type to receive
+    the total, or None."""
+    _, ws = _launch.workspace(b.device_id, b.stream, p.scratch)
+    _add_launches(b, p, xs, outs, n, p.spec.acc_vt.make(init), bool(has_init), totals, ws, 0)
+
+
 def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
-    """Launch a plan. ``xs``/``outs``: the input and output Arr(s) (``outs``
-    may be ``xs``); ``init``: a host value of the accumulator type (an
-    exclusive scan's first value; ignored by inclusive scans); ``totals``:
-    1-element Arr(s) of the result type to receive the total, or None."""
-    for fn, key, grid, nt, args in launches(p, xs, outs, n, stream, device_id, init, has_init, totals):
-        launch(fn, key, grid, nt, stream, args)
+    """Launch a plan once on these arrays (a Program made for this call only)."""
+    b = _programs.Builder(device_id, stream)
+    add_launches(b, p, xs, outs, n, init, has_init, totals)
+    b.build(lambda got: None)()
 
 
-def launches(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
-    """The kernel launches of a plan, in order: ``[(kernel function, cache key,
-    grid, threads, arguments)]`` (a single-pass plan takes a new look-back epoch)."""
-    _, ws = _launch.workspace(device_id, stream, p.scratch)
-    out = []
-    _launches(p, xs, outs, n, stream, device_id, p.spec.acc_vt.make(init), bool(has_init), totals,
-              ws, 0, out)
-    return out
-
-
-def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, offset, out):
+def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
     spec = p.spec
     nt = spec.tile.nt
     acc_vt, out_vt = spec.acc_vt, spec.out_vt
@@ -1088,7 +1086,8 @@ def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, off
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        st = look_back_state(device_id, stream, p.tiles)
+        st = look_back_state(b.device_id, b.stream, p.tiles)
+        b.guard(lambda: st.fits(p.tiles))
         if spec.variant.states == "packed":
             states = st.words
             aggs = pres = st.counter                     # unused
@@ -1097,160 +1096,30 @@ def _launches(p, xs, outs, n, stream, device_id, init, has_init, totals, ws, off
             sv = _storage_vt(acc_vt)
             aggs, offset = _carve(ws, offset, sv, p.tiles)
             pres, offset = _carve(ws, offset, sv, p.tiles)
-        out.append((scan_kernel(spec), key, p.tiles, nt,
-                    (xs, outs, n, p.tiles, st.counter, states, aggs, pres, init, has_init, totals,
-                     want_total)))
+        b.launch(scan_kernel(spec), key, p.tiles, nt,
+                 (xs, outs, n, p.tiles, st.counter, states, aggs, pres, init, has_init, totals, want_total))
         return
     counter, offset = _placeholder(ws, offset)           # unused by these kernels
     states = (counter, counter)
     if p.spine is None:                                  # one block walks every tile
-        out.append((scan_kernel(spec), key, 1, nt,
-                    (xs, outs, n, p.tiles, counter, states, counter, counter, init,
-                     has_init, totals, want_total)))
+        b.launch(scan_kernel(spec), key, 1, nt,
+                 (xs, outs, n, p.tiles, counter, states, counter, counter, init, has_init, totals, want_total))
         return
     # reduce_then_scan: upsweep, spine (inclusive, in place), downsweep.
     spine, offset = _carve(ws, offset, acc_vt, p.tiles)
-    out.append((upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile),
-                ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, (xs, n, spine)))
-    _launches(p.spine, spine, spine, p.tiles, stream, device_id, init, False, None, ws, offset, out)
-    out.append((scan_kernel(spec), key, p.tiles, nt,
-                (xs, outs, n, p.tiles, counter, states, counter, spine, init, has_init,
-                 totals, want_total)))
+    b.launch(upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile),
+             ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, (xs, n, spine))
+    _add_launches(b, p.spine, spine, spine, p.tiles, init, False, None, ws, offset)
+    b.launch(scan_kernel(spec), key, p.tiles, nt,
+             (xs, outs, n, p.tiles, counter, states, counter, spine, init, has_init, totals, want_total))
 
 
 knob = _launch.knob
 
 
-class _Express:
-    """The common scan call -- one contiguous 1-D array, no ``stream``, ``dtype``,
-    ``init`` or ``total``; ``out`` a contiguous array of the result's dtype or
-    none -- made cheap.
-
-    Small scans are all host time (torch.cumsum: ~10 us per call). Per (input
-    dtype, length, stream, device, library, tuning knobs) the plan, an
-    allocator of the output (:func:`_arrays.vector_allocator`) and a bound
-    launch (:meth:`Kernel.bind`) are made once; a call then reads the input's
-    pointer, allocates the output and launches, writing only the two pointers
-    (and, single-pass, the launch's look-back epoch). A torch tensor, the
-    commonest input, is read directly (half the cost of a description). Plans
-    of several launches (reduce-then-scan, for inputs of millions of elements,
-    where the host cost does not matter) go the general way (``None``).
-    """
-
-    __slots__ = ("op", "kind", "numpy_sum", "runs", "torch_runs")
-
-    def __init__(self, op, kind, numpy_sum):
-        self.op, self.kind, self.numpy_sum = as_op(op), kind, numpy_sum
-        self.runs = _launch.BoundedCache(1024)
-        self.torch_runs = _launch.BoundedCache(1024)    # keyed by the tensors' own attributes
-
-    def __call__(self, x, out=None):
-        if _launch._nvtx_annotate is not None:
-            return None
-        if out is None and x.__class__ is _arrays.TORCH_TENSOR[0]:
-            dev = x.get_device()
-            if dev >= 0 and x.dim() == 1 and x.is_contiguous():
-                h = _arrays._torch_raw_stream(dev)
-                key = (x.dtype, x.numel(), h, dev, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
-                run = self.torch_runs.get(key)
-                if run is None:
-                    like = _arrays.describe(x)
-                    run = self.torch_runs.put(key, self._make(like, like.size, h))
-                return run(x, x.data_ptr(), None, 0) if run else None
-        if x.__class__ is tuple or out.__class__ is tuple:
-            return None
-        like = _arrays.describe(x)
-        if like.ndim != 1 or not like.c_contiguous:   # the bound launch writes pointers only
-            return None
-        if out is not None:
-            dest = _arrays.describe(out)
-            if (dest.ndim != 1 or not dest.c_contiguous or dest.size != like.size
-                    or dest.device_id != like.device_id or dest.library != like.library):
-                return None                          # the general path checks and explains
-        n = like.size
-        h = _arrays.stream_handle(like)
-        key = (like.dtype, n, h, like.device_id, like.library, knob("CUFOLD_TILE"), knob("CUFOLD_SCAN_VARIANT"))
-        run = self.runs.get(key)
-        if run is None:
-            run = self.runs.put(key, self._make(like, n, h))
-        if not run:
-            return None
-        if out is None:
-            return run(x, like.ptr, None, 0)
-        if dest.dtype != run.out_dtype:
-            return None
-        return run(x, like.ptr, out, dest.ptr)
-
-    def _make(self, like, n, h):
-        """``run(x, x_ptr, out, out_ptr) -> result`` (``out`` None: a new
-        array), or False where this call shape goes the general way."""
-        if n == 0 or like.library == "jax":
-            return False
-        in_vt = _vt_of.get(like.dtype) or ValueType.of(like.dtype)
-        acc_vt, out_vt, identity = _types_for(self.op, in_vt, None, self.numpy_sum)
-        if identity is None and self.kind == "exclusive":
-            return False
-        init = identity if identity is not None else acc_vt.sample()
-        p = _plan_for(self.op, in_vt, acc_vt, out_vt, n, self.kind, None)
-        out_dt, dev = out_vt.dtype, like.device_id
-        alloc = _arrays.vector_allocator(like, n, out_dt)
-        like, template = _arrays.shell(like), _arrays.shell(like, out_dt)   # cached: keep no arrays
-        todo = launches(p, like, template, n, h, dev, init, False)
-        if len(todo) != 1:
-            return False
-        fn, kkey, grid, nt, args = todo[0]
-        kernel = _launch.kernel_for(fn, kkey, args)
-        pointers = ((0, "ptr"), (1, "ptr"))
-
-        if p.algorithm != "single_pass":
-            go = kernel.bind(grid, nt, h, 0, args, pointers)
-
-            def run(x, x_ptr, out, out_ptr):
-                if out is None:
-                    out, out_ptr = alloc(x)
-                go(x_ptr, out_ptr)
-                return out
-
-            run.out_dtype = out_dt
-            return run
-        # Single pass: the look-back state bound here serves until it must be
-        # replaced (more tiles, or its epochs run out); then it is bound anew.
-        bound = [args[4], kernel.bind(grid, nt, h, 0, args, pointers)]
-        tiles = p.tiles
-
-        def run_single_pass(x, x_ptr, out, out_ptr):
-            st = look_back_state(dev, h, tiles)
-            if st.counter is not bound[0]:
-                fresh = launches(p, like, template, n, h, dev, init, False)[0][4]
-                bound[:] = [fresh[4], kernel.bind(grid, nt, h, 0, fresh, pointers)]
-            if out is None:
-                out, out_ptr = alloc(x)
-            bound[1](x_ptr, out_ptr)
-            return out
-
-        run_single_pass.out_dtype = out_dt
-        return run_single_pass
-
-
 # --- the public calls -----------------------------------------------------------------------
 
 _vt_of = {}
-
-
-def _inputs(x):
-    if isinstance(x, tuple):
-        arrs = _arrays.describe_many(x)
-        in_vt = ValueType.of(tuple(a.dtype for a in arrs))
-    else:
-        a = _arrays.describe(x)
-        arrs = (a,)
-        in_vt = _vt_of.get(a.dtype)
-        if in_vt is None:
-            in_vt = _vt_of[a.dtype] = ValueType.of(a.dtype)
-    for a in arrs:
-        if a.ndim != 1:
-            raise ValueError("cufold: scans take 1-D arrays; got shape %s" % (a.shape,))
-    return arrs, in_vt
 
 
 def _result_fields(in_vt, dtype, numpy_sum):
@@ -1269,19 +1138,16 @@ def _result_fields(in_vt, dtype, numpy_sum):
     return fields if in_vt.is_tuple else fields[0]
 
 
-def _scan_outputs(like, out_vt, out, n, alloc_stream):
-    """(Arr(s) to write, object(s) to return): new arrays of ``x``'s library, or ``out``."""
-    if out is None:
-        made = [_arrays.empty(like, (n,), f, alloc_stream) for f in out_vt.fields]
-        arrs = [m[1] for m in made]
-        objs = [_arrays.to_library(m[0], like) for m in made]
+def _scan_outputs(b, like, out_vt, given, n):
+    """Arr(s) to write: new arrays (outputs of the Program), or out= (checked)."""
+    if not given:
+        arrs = [b.output(like, (n,), f) for f in out_vt.fields]
     else:
-        objs = list(out) if isinstance(out, (tuple, list)) else [out]
-        if len(objs) != out_vt.arity or (isinstance(out, (tuple, list)) != out_vt.is_tuple):
+        if len(given) != out_vt.arity:
             raise ValueError("cufold: out= needs %s for a result of type %s"
                              % ("a tuple of %d arrays" % out_vt.arity if out_vt.is_tuple
                                 else "one array", out_vt))
-        arrs = [_arrays.describe(o, "out") for o in objs]
+        arrs = list(given)
         for a, f in zip(arrs, out_vt.fields):
             if a.ndim != 1 or a.size != n:
                 raise ValueError("cufold: out= must be a 1-D array of %d elements (as x); it has "
@@ -1291,17 +1157,7 @@ def _scan_outputs(like, out_vt, out, n, alloc_stream):
             if a.device_id != like.device_id:
                 raise ValueError("cufold: out= is on device %d, x on device %d"
                                  % (a.device_id, like.device_id))
-    pack = (lambda v: tuple(v)) if out_vt.is_tuple else (lambda v: v[0])
-    return pack(arrs), pack(objs)
-
-
-def _total_outputs(like, out_vt, alloc_stream):
-    made = [_arrays.empty(like, (), f, alloc_stream) for f in out_vt.fields]
-    vec = [m[1].view(f, (1,), 0) for m, f in zip(made, out_vt.fields)]
-    objs = [_arrays.to_library(m[0], like) for m in made]
-    if out_vt.is_tuple:
-        return tuple(vec), tuple(objs)
-    return vec[0], objs[0]
+    return tuple(arrs) if out_vt.is_tuple else arrs[0]
 
 
 _typed = {}
@@ -1324,54 +1180,85 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 
 
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False):
-    if init is None and dtype is None and stream is None and algorithm is None and not total:
-        cfg = (op, kind, numpy_sum)
-        ex = _express.get(cfg)
-        if ex is None:
-            ex = _express.put(cfg, _Express(op, kind, numpy_sum))
-        r = ex(x, out)
-        if r is not None:
-            return r
+    """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
+    is_tuple = x.__class__ is tuple
+    arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
+    if out is None:
+        given = ()
+    else:
+        given = tuple(_arrays.describe(o, "out") for o in (out if isinstance(out, (tuple, list)) else (out,)))
+    h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
+    key = (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total,
+           is_tuple, tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
+           knob("CUFOLD_SCAN_VARIANT"))
+
+    def plan():
+        return _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h,
+                          h if stream is not None else None)
+
+    got = _programs_of_scans.run(key, plan, *arrs, *given)
+    if out is None:
+        return got
+    return (out, got) if total else out
+
+
+def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream):
+    """The Program of a scan (see :func:`_scan`): checks, types, outputs, the plan's launches."""
     op = as_op(op)
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        _check_algorithm(algorithm)
-    with _launch.nvtx_range("cufold." + name):
-        arrs, in_vt = _inputs(x)
-        like = arrs[0]
-        n = like.size
-        acc_vt, out_vt, identity = _types_for(op, in_vt, dtype, numpy_sum)
-        has_init = False
-        if kind == "exclusive":
-            if init is None:
-                if identity is None:
-                    raise ValueError("cufold: operator %s has no identity; pass init= to "
-                                     "exclusive_scan" % op.name)
-                init_value = identity
-            else:
-                init_value, has_init = acc_vt.make(init), True
-        elif init is not None:
-            raise TypeError("cufold: an inclusive scan takes no init")
+    _check_algorithm(algorithm)
+    for a in arrs:
+        if a.ndim != 1:
+            raise ValueError("cufold: scans take 1-D arrays; got shape %s" % (a.shape,))
+    in_vt = ValueType.of(tuple(a.dtype for a in arrs) if is_tuple else arrs[0].dtype)
+    acc_vt, out_vt, identity = _types_for(op, in_vt, dtype, numpy_sum)
+    has_init = False
+    if kind == "exclusive":
+        if init is None:
+            if identity is None:
+                raise ValueError("cufold: operator %s has no identity; pass init= to "
+                                 "exclusive_scan" % op.name)
+            init_value = identity
         else:
-            init_value = identity if identity is not None else acc_vt.sample()
-        handle = _arrays.stream_handle(tuple(arrs) if in_vt.is_tuple else like, stream)
-        alloc_stream = handle if stream is not None else None
-        if total and n == 0 and identity is None:
-            raise ValueError("cufold: the total of an empty input needs an operator with an "
-                             "identity; %s has none" % op.name)
-        outs, result = _scan_outputs(like, out_vt, out, n, alloc_stream)
-        totals, total_obj = _total_outputs(like, out_vt, alloc_stream) if total else (None, None)
-        if n == 0:
-            if total:
-                launch(fill_kernel(out_vt), ("fill", out_vt), 1, 1, handle,
-                       (totals, out_vt.make(identity)))
-        else:
-            xs = tuple(arrs) if in_vt.is_tuple else like
-            p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
-            run(p, xs, outs, n, handle, like.device_id, init_value, has_init, totals)
-        return (result, total_obj) if total else result
+            init_value, has_init = acc_vt.make(init), True
+    elif init is not None:
+        raise TypeError("cufold: an inclusive scan takes no init")
+    else:
+        init_value = identity if identity is not None else acc_vt.sample()
+    n = arrs[0].size
+    if total and n == 0 and identity is None:
+        raise ValueError("cufold: the total of an empty input needs an operator with an "
+                         "identity; %s has none" % op.name)
+    b = _programs.Builder(arrs[0].device_id, h, alloc_stream)
+    xs = tuple(b.input(a) for a in arrs)
+    ys = tuple(b.input(a) for a in given)
+    outs = _scan_outputs(b, xs[0], out_vt, ys, n)
+    totals = None
+    if total:
+        vecs = tuple(_arrays.window(b.output(xs[0], (), f), 0, (1,), (1,)) for f in out_vt.fields)
+        totals = vecs if out_vt.is_tuple else vecs[0]
+    if n == 0:
+        if total:
+            b.launch(fill_kernel(out_vt), ("fill", out_vt), 1, 1, (totals, out_vt.make(identity)))
+    else:
+        p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
+        add_launches(b, p, xs if is_tuple else xs[0], outs, n, init_value, has_init, totals)
+    fields = out_vt.arity
+    pack = tuple if out_vt.is_tuple else _only
+    if given:
+        return b.build((lambda got: pack(got)) if total else (lambda got: None))
+    if total:
+        return b.build(lambda got: (pack(got[:fields]), pack(got[fields:])))
+    return b.build(pack)
 
 
-_express = _launch.BoundedCache(256)       # per (operator, kind): users' operators too
+def _only(got):
+    return got[0]
+
+
+_programs_of_scans = _programs.Programs(4096)   # per call signature: users' operators too (bounded)
+
+
+
 
 
 def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=None, total=False):

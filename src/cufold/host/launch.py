@@ -1047,7 +1047,7 @@ def _pointer_slot(kernel, vary):
     if len(vary) == 2 and isinstance(ty, nbtypes.Array):
         return first + 4
     if len(vary) == 3 and isinstance(ty, nbtypes.BaseTuple) and isinstance(ty[vary[2]], nbtypes.Array):
-        return first + sum(_slots(t) for t in ty[:vary[2]]) + 4
+        return first + sum(_slots(t) for t in list(ty)[:vary[2]]) + 4
     raise ValueError("cufold: Kernel.bind takes pointers of arrays (or of arrays in a tuple), not %r of %s"
                      % (vary, ty))
 

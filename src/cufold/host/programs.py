@@ -276,8 +276,12 @@ class Programs(_launch.BoundedCache):
 
     def run(self, key, plan, *args):
         """``self[key](*args)``, planning it first with ``plan() -> Program`` where
-        there is none (or it went stale)."""
-        prog = self.get(key)
+        there is none (or it went stale). An unhashable key (an option the caller
+        gave as a list, say) plans a Program for this call only."""
+        try:
+            prog = self.get(key)
+        except TypeError:
+            return plan().call(*args)
         if prog is None:
             prog = self.put(key, plan())
         try:
