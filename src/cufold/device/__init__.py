@@ -170,9 +170,12 @@ class _Express:
         # the results' layout, bound once; each call gives new pointers
         outs = tuple(_arrays.shell(like, f, (1,)) for f in fields)
         outs = outs if out_vt.is_tuple else outs[0]
-        go = _reduce_mod.runner(p, like, outs, h, dev, by_pointer=True)
-        # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input)
-        go_wide = go if p.wide is None else _reduce_mod.runner(p.wide, like, outs, h, dev, by_pointer=True)
+        # 8-byte-aligned inputs (nearly all) read 8 bytes a load (reduce.Plan.for_input); the
+        # other kernel is compiled only if an input needs it (a first call compiles one kernel)
+        go_wide = _reduce_mod.runner(p.wide or p, like, outs, h, dev, by_pointer=True)
+        layout = _arrays.shell(like)     # (the caller's array is not kept)
+        go = go_wide if p.wide is None else _made_on_first_call(
+            lambda: _reduce_mod.runner(p, layout, outs, h, dev, by_pointer=True))
         takes = [_arrays.scalar_results(like, f, h) for f in fields]
         if out_vt.is_tuple:
             def run_fields(ptr):
@@ -189,6 +192,18 @@ class _Express:
             return obj
 
         return run
+
+
+def _made_on_first_call(make):
+    """A function that makes the real one, ``make()``, at its first call, then calls it."""
+    made = []
+
+    def call(*args):
+        if not made:
+            made.append(make())
+        return made[0](*args)
+
+    return call
 
 
 def _reduce(x, op, init, dtype, out, stream, algorithm, deterministic, *, axis=None, keepdims=False,
