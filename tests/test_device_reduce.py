@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only, to_host
+from conftest import SIMULATOR, gpu_only, run_sm90_script, to_host
 
 import cufold
 
 reduce_mod = importlib.import_module("cufold.device.reduce")   # (cufold.device.reduce is the function)
+launch_mod = importlib.import_module("cufold.host.launch")
 
 ALGORITHMS = tuple(cufold.algorithms("reduce"))
 ATOMIC = tuple(a for a in ALGORITHMS if a.startswith("atomic"))
@@ -819,6 +820,61 @@ def test_express_contiguous_then_strided_same_length(rng, name):
     assert host(fn(dev(h[:n]))) == pytest.approx(ref(h[:n]))
     assert host(fn(d[::3])) == pytest.approx(ref(h[::3]))
     assert host(fn(d[1::3])) == pytest.approx(ref(h[1::3]))
+
+
+def test_express_first_call_makes_one_kernel(rng):
+    """The first call with an operator makes (on a GPU: compiles) only the kernel it
+    runs: for an 8-byte-aligned input the 8-byte-load one; the kernel for inputs
+    that are not aligned is made at the first such input."""
+    op = cufold.Op(lambda a, b: a + b, identity=0, commutative=True)
+    n = WIDE_SIZES[2]
+    h = rng.integers(-50, 50, n + 1).astype(np.float32)
+    d = dev(h)
+
+    def made():
+        return [k[0][1].wide for k in launch_mod._kernels if k[0][0] == "reduce" and k[0][1].op is op]
+
+    assert host(cufold.reduce(d[:n], op)) == h[:n].sum()
+    assert made() == [True]
+    assert host(cufold.reduce(d[1:], op)) == h[1:].sum()
+    assert sorted(made()) == [False, True]
+
+
+_FOLD_OVERLOADS = r"""
+import collections, importlib
+import cufold
+from cufold.values import ValueType
+from numba.cuda import dispatcher
+R = importlib.import_module("cufold.device.reduce")
+compiled = collections.defaultdict(list)
+compile_device = dispatcher.CUDADispatcher.compile_device
+
+def counted(self, args, return_type=None):
+    if args not in self.overloads:
+        compiled[(id(self), self.py_func.__name__)].append(tuple(types.unliteral(a) for a in args))
+    return compile_device(self, args, return_type)
+
+dispatcher.CUDADispatcher.compile_device = counted
+f32 = ValueType.of(np.float32)
+arr = lambda t: types.Array(t, 1, "C")
+sig = (arr(types.float32), types.int64, arr(types.float32), arr(types.uint32), arr(types.float32), types.float32,
+       types.boolean)
+op = cufold.Op(lambda a, b: max(a, b), commutative=True)
+for wide, ordered in ((True, False), (False, False), (False, True)):
+    spec = R.Spec(op, f32, f32, f32, "value", "value", 0, R.Tile(128, 32), "last_block", "warp", ordered, wide)
+    compile_sm90(R.reduce_kernel(spec), sig)
+folds = {key: sigs for key, sigs in compiled.items() if "fold" in key[1]}   # one key per device function
+print("TWICE", (sorted(name for (_, name), sigs in folds.items() if len(sigs) != len(set(sigs))), len(folds)))
+"""
+
+
+def test_tile_folds_compile_once():
+    """The tile folds, the largest device functions of a reduce kernel, are compiled
+    once per kernel for sm_90: a literal ``have = False`` argument made Numba compile
+    them twice (for ``Literal[bool](False)`` and for ``bool``), a third of the first
+    call's compile time."""
+    twice, folds = run_sm90_script(_FOLD_OVERLOADS, "TWICE")
+    assert folds >= 9 and twice == []
 
 
 # --- 8-byte loads of 4-byte items ------------------------------------------------------------

@@ -510,16 +510,22 @@ def _sum_key(op):
 
 def test_library_disk_key(monkeypatch):
     """The library's kernels are cached on disk only when their key pins their
-    code down: cufold's own operators and plain data; never a user's operator,
-    even one named like a built-in. The text changes with every tuning knob."""
+    code down: cufold's own operators, plain data, and users' operators with a
+    fingerprint (one named like a built-in is a user's too); an operator using
+    an array is not pinned. The text changes with every tuning knob."""
     import cufold
     monkeypatch.setenv("CUFOLD_CACHE", "1")
     key = _sum_key(cufold.plus)
     text = L.library_disk_key(key)
     assert text is not None and L.source_digest() in text and repr(key) in text
     assert L.library_disk_key(_sum_key(cufold.plus)) == text
-    assert L.library_disk_key(_sum_key(cufold.Op(lambda a, b: a + b, identity=0))) is None
-    assert L.library_disk_key(_sum_key(cufold.Op(lambda a, b: a + b, identity=0, name="plus"))) is None
+    user = cufold.Op(lambda a, b: a + b, identity=0)
+    user_text = L.library_disk_key(_sum_key(user))
+    assert user_text is not None and user_text != text and user.fingerprint() in user_text
+    named_plus = cufold.Op(lambda a, b: a + b, identity=0, name="plus")
+    assert L.library_disk_key(_sum_key(named_plus)) not in (None, text)
+    table = np.arange(4.0)
+    assert L.library_disk_key(_sum_key(cufold.Op(lambda a, b: a + b * table[0]))) is None
     assert L.library_disk_key(key + (print,)) is None          # a function: its code is not in the text
     monkeypatch.setenv("CUFOLD_TILE", "128x4")
     assert L.library_disk_key(key) not in (None, text)
@@ -562,6 +568,80 @@ def test_library_kernels_load_from_disk(tmp_path):
     (first, first_loaded), (second, second_loaded) = [r.stdout.split(" ", 1) for r in runs]
     assert first == second == repr(float((np.arange(100000) % 7).sum()))
     assert first_loaded.strip() == "[False]" and second_loaded.strip() == "[True]"
+    assert list(tmp_path.rglob("*.cubin"))
+
+
+_USER_OP_KEYS = """
+import json, sys
+import numpy as np
+import cufold
+from cufold.host import launch as L
+from cufold.values import ValueType
+SCALE = float(sys.argv[1])
+f32 = ValueType.of(np.float32)
+table = np.arange(3.0)
+
+def key(op):   # as test_launch._sum_key
+    return (("reduce", (op, f32, f32, "warp", (64, 2))), ((np.dtype(np.float32), 1, True), int, np.float32))
+
+pinned = cufold.Op(lambda a, b: max(a, b) * SCALE, identity=0.0, commutative=True)
+unpinned = cufold.Op(lambda a, b: max(a, b) * table[1])
+print(json.dumps([L.library_disk_key(key(pinned)), L.library_disk_key(key(unpinned))]))
+"""
+
+
+def test_user_operator_disk_key_is_stable_across_processes():
+    """A user's operator that its fingerprint pins down gives its kernel a disk key,
+    the same in every new process running the same source with the same values,
+    another one where a global it uses has another value (``SCALE``); one using an
+    array gives none."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), CUFOLD_CACHE="1")
+
+    def keys(scale):
+        got = subprocess.run([sys.executable, "-c", _USER_OP_KEYS, scale], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert got.returncode == 0, got.stderr[-3000:]
+        return json.loads(got.stdout)
+
+    (first, unpinned), (second, _), (rescaled, _) = keys("2.0"), keys("2.0"), keys("3.0")
+    assert first is not None and first == second
+    assert rescaled is not None and rescaled != first
+    assert unpinned is None
+
+
+@gpu_only
+def test_user_operator_kernels_load_from_disk(tmp_path):
+    """A second process loads the kernels of reductions with users' operators (a
+    lambda, an Op with a closure) from the disk cache, compiling nothing, and gets
+    the same results."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+        import cufold, importlib
+        R = importlib.import_module("cufold.device.reduce")
+
+        def scaled(k):
+            return cufold.Op(lambda a, b: a + b * k, identity=0.0, commutative=True)
+
+        x = cuda.to_device((np.arange(100000) % 7).astype(np.float32))   # exact sums and maxima
+        results = [float(cufold.reduce(x, lambda a, b: max(a, b)).copy_to_host()),
+                   float(cufold.reduce(x, scaled(1.0)).copy_to_host())]
+        kernels = list(R._kernels.values())
+        print(results, sorted(set(v for k in kernels for v in k.loaded_from_disk.values())),
+              sum(k._dispatcher is not None for k in kernels), sep="|")
+    """)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    (first, first_loaded, first_compiled), (second, second_loaded, second_compiled) = [
+        r.stdout.strip().split("|") for r in runs]
+    h = (np.arange(100000) % 7).astype(np.float32)
+    assert first == second == repr([float(h.max()), float(h.sum())])
+    assert first_loaded == "[False]" and int(first_compiled) > 0
+    assert second_loaded == "[True]" and second_compiled == "0"
     assert list(tmp_path.rglob("*.cubin"))
 
 

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from . import _codegen
+from . import _codegen, _fingerprint
 from .values import ValueType
 
 
@@ -59,6 +59,8 @@ class Op:
         self.fieldwise = bool(fieldwise)
         self._combine = {}
         self._checked = set()
+        # fingerprint() when the first device function was made ("": unpinned; None: none made yet)
+        self._first_fingerprint = None
         #: For argmin/argmax/minmax: the device-wide reduction that a call with one
         #: array runs (``cufold.argmax(x)``), set by the device layer.
         self.device_reduction = None
@@ -127,12 +129,25 @@ class Op:
         return vt
 
     # --- device code -----------------------------------------------------------
+    def fingerprint(self):
+        """A stable text of what this operator computes (its function with the
+        globals, closure values and defaults it uses, recursively; its identity and
+        flags: ``cufold._fingerprint``), the same in every process running the same
+        source with the same values; None where something it uses cannot be pinned
+        down, or has changed since this process made its first device function
+        (Numba compiled that one with the values of then)."""
+        now = _fingerprint.fingerprint(self)
+        first = self._first_fingerprint
+        return now if first is None or now == first else None
+
     def combine(self, value_type):
         """Device function ``(a, b) -> value`` whose result has ``value_type``."""
         vt = ValueType.of(value_type)
         fn = self._combine.get(vt)
         if fn is None:
             self.check(vt)
+            if not self._combine:
+                self._first_fingerprint = _fingerprint.fingerprint(self) or ""
             src = "def combine(a, b):\n    return cast(op(a, b))\n"
             if self.fieldwise and vt.is_tuple:
                 fields = ", ".join("op(a[%d], b[%d])" % (i, i) for i in range(vt.arity))

@@ -37,8 +37,8 @@ made again and again with a new input and output: only their fields are written)
 (``CUFOLD_CHECK_CONTEXT=1|0``), ``NVTX`` (whether ranges are emitted; the
 ``nvtx`` package, ``CUFOLD_NVTX=0`` switches them off), ``cache_dir()``
 (``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache),
-``library_disk_key(key)`` (the disk-cache text of a cufold kernel; on unless
-``CUFOLD_CACHE=0``).
+``library_disk_key(key)`` (the disk-cache text of a cufold kernel, with a
+user's operator where its fingerprint pins it down; on unless ``CUFOLD_CACHE=0``).
 
 Measured on an H200 (tools/gpu_launch_smoke.py, median of 2000 calls):
 cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
@@ -529,19 +529,27 @@ def source_digest():
     return _digest[0]
 
 
-def _pinned(obj):
-    """Whether ``obj``, part of a kernel's cache key, says all of the code it
-    stands for: plain data, and operators that are cufold's own (a user's
-    operator, or one named like a built-in, is code the key does not hold)."""
+def _pinned(obj, fingerprints):
+    """Whether ``obj``, part of a kernel's cache key, pins down all of the code
+    it stands for: plain data, cufold's own operators (their code is in
+    :func:`source_digest`), and users' operators whose :meth:`~cufold.Op.fingerprint`
+    is known, which is appended to ``fingerprints`` (an operator named like a
+    built-in is a user's operator too)."""
     if obj is None or obj.__class__ in (bool, int, float, str, bytes, np.dtype) or isinstance(obj, np.dtype):
         return True
     if isinstance(obj, tuple):                   # namedtuples too (plans, tiles)
-        return all(_pinned(o) for o in obj)
+        return all(_pinned(o, fingerprints) for o in obj)
     if isinstance(obj, type):
         return obj.__module__ in ("builtins", "numpy")
     from .. import ops, values
     if isinstance(obj, ops.Op):
-        return ops.BUILTINS.get(obj.name) is obj
+        if ops.BUILTINS.get(obj.name) is obj:
+            return True
+        fingerprint = obj.fingerprint()
+        if fingerprint is None:
+            return False
+        fingerprints.append(fingerprint)
+        return True
     if isinstance(obj, values.ValueType):
         return True
     return False
@@ -551,14 +559,16 @@ def library_disk_key(key):
     """The disk-cache text of a cufold kernel cached in memory under ``key``
     (a tuple), or None where the key does not pin its code down (see
     :func:`_pinned`) or the library's disk cache is off. The text holds the
-    key, :func:`source_digest` and every ``CUFOLD_*`` and ``NUMBA_*`` setting in
-    the environment (tuning knobs and compiler options). ``CUFOLD_CACHE=0``
-    turns the disk cache off."""
-    if not _disk_enabled() or not _pinned(key):
+    key, the fingerprints of the users' operators in it (in the key's order),
+    :func:`source_digest` and every ``CUFOLD_*`` and ``NUMBA_*`` setting in the
+    environment (tuning knobs and compiler options). ``CUFOLD_CACHE=0`` turns
+    the disk cache off."""
+    fingerprints = []
+    if not _disk_enabled() or not _pinned(key, fingerprints):
         return None
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith(("CUFOLD_", "NUMBA_")) and k not in ("CUFOLD_CACHE", "CUFOLD_CACHE_DIR"))
-    return "%s\n%r\n%r" % (source_digest(), settings, key)
+    return "%s\n%r\n%r%s" % (source_digest(), settings, key, "".join("\n" + f for f in fingerprints))
 
 
 _MAGIC = b"CUFOLDCUBIN1 "
@@ -738,7 +748,9 @@ class Kernel:
                     self._keep.append(cufunc)
                     self.loaded_from_disk[dev] = False
                     if path is not None:
-                        _write_cubin(path, lib._entry_name, lib.get_cubin(_compute_capability(dev)))
+                        # The cubin just loaded: Numba caches it under the device's own arch
+                        # tuple ((9, 0, "a")); asking for (9, 0) would compile and link again.
+                        _write_cubin(path, lib._entry_name, lib.get_cubin())
             # Loaded code comes as a CUkernel (cuda.core's libraries); launch its
             # CUfunction in the device's primary context (see _Driver.function_of).
             function = drv.function_of(handle, ctx)
