@@ -4,7 +4,7 @@
 
 Each row is host time per call in us: the median of bursts of 200 calls
 (``launch_costs.per_call``; ``--calls`` in all). ``tools/launch_costs.py``
-breaks the express reduce's call down step by step. Run it once per launch API
+breaks a reduce's launch down step by step. Run it once per launch API
 to compare them:
 
     CUFOLD_LAUNCH_API=bindings ...   /   CUFOLD_LAUNCH_API=ctypes ...
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import cufold  # noqa: E402
-from cufold.host import arrays as _arrays, launch as _launch  # noqa: E402
+from cufold.host import arrays as _arrays, launch as _launch, programs as _programs  # noqa: E402
 
 
 from launch_costs import per_call  # noqa: E402  (this folder: host time of 200-call bursts)
@@ -54,6 +54,7 @@ def main():
         ("torch.segment_reduce 100", lambda: torch.segment_reduce(x, "sum", offsets=offsets)),
         ("describe(torch)", lambda: _arrays.describe(x)),
         ("stream_handle", lambda: _arrays.stream_handle(arr)),
+        ("programs.signature", lambda: _programs.signature(arr)),
         ("empty 0-d (cufold)", lambda: _arrays.empty(arr, (), np.float32)),
         ("torch.empty((), device=)", lambda: torch.empty((), dtype=torch.float32, device=dev)),
         ("x.new_empty(())", lambda: x.new_empty(())),
@@ -62,19 +63,18 @@ def main():
         ("torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("empty 1024 (cufold)", lambda: _arrays.empty(arr, (1024,), np.float32)),
     ]
-    # The launch alone: the same kernel cufold.sum launches, arguments bound.
-    import importlib
-    R = importlib.import_module("cufold.device.reduce")
-    runner = next(iter(R._runners.values()), None)
     print("launch api:", _launch._driver().api)
     for name, fn in rows:
         try:
             print("%-32s %7.2f us" % (name, per_call(fn, a.calls)), flush=True)
         except Exception as e:                    # a peer's API that this version lacks
             print("%-32s failed: %s" % (name, str(e).splitlines()[0][:90]), flush=True)
-    if runner is not None:
-        outs = _arrays.empty(arr, (1,), np.float32)[1]
-        print("%-28s %7.2f us" % ("reduce runner (launch only)", per_call(lambda: runner(arr, 1024, outs), a.calls)))
+    # cufold.sum's Program alone (allocate the result, launch): what the call adds around it is the rest.
+    import importlib
+    D = importlib.import_module("cufold.device")
+    prog = next(iter(D._SUM.programs.values()), None)
+    if prog is not None:
+        print("%-32s %7.2f us" % ("cufold.sum's Program alone", per_call(lambda: prog.call(arr), a.calls)))
     for name in ([] if a.profile is None else a.profile or ["cufold.sum"]):
         fn = dict(rows)[name]
         print("\n== profile of %s" % name)

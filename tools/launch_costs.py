@@ -1,4 +1,4 @@
-"""Host cost of each step of cufold's express reduce, and of ways to call cuLaunchKernel.
+"""Host cost of each step of cufold.sum's Program, and of ways to call cuLaunchKernel.
 
     PYTHONPATH=src python tools/launch_costs.py [--calls 20000]
 
@@ -86,12 +86,11 @@ def main():
     a = ap.parse_args()
     x = torch.rand(1 << 10, device="cuda")
     cufold.sum(x)
-    cufold.sum(x)          # the first call found torch; the second made the torch express run
+    cufold.sum(x)          # the first call planned cufold.sum's Program for x's signature
     torch.cuda.synchronize()
     print("nvtx ranges:", _launch.NVTX)
-    run = next(iter(D._SUM.torch_runs.values()))
-    cells = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))
-    go = cells["go"]
+    prog = next(iter(D._SUM.programs.values()))
+    go = prog.call.__globals__["_go0"]     # the Program's one bound launch
     g = go.__globals__
     cfg, kernel = g["_cfg"], g["_kernel"]
     drv = _launch._driver()
@@ -100,7 +99,8 @@ def main():
     print("cuda.bindings", cuda.bindings.__version__, "launch api", drv.api, "params", kernel._nparams,
           "sizes", kernel.plan.sizes)
     ptr = x.data_ptr()
-    obj, optr = cells["take"]()
+    take = prog.call.__globals__["_alloc1"]      # the result's allocator (its argument is unused)
+    obj, optr = take(x)
     func, stream = cfg[0], cfg[8]
     fint, sint = int(func), int(stream)
     dims = cfg[1:8]
@@ -136,7 +136,8 @@ def main():
         ("x.data_ptr()", lambda: x.data_ptr()),
         ("_torch_raw_stream(0)", lambda: _arrays._torch_raw_stream(0)),
         ("tile_override()", R.tile_override),
-        ("take a 0-d result", cells["take"]),
+        ("take a 0-d result", lambda: take(x)),
+        ("the whole Program", lambda: prog.call(_arrays.describe(x))),
         ("bound go(ptr, out)", lambda: go(ptr, optr)),
         ("bindings cuLaunchKernel", lambda: g["_launch"](*cfg)),
         ("bindings/x (extra)", lambda: cbd.cuLaunchKernel(func, *dims, stream, 0, xaddr)),

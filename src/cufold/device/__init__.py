@@ -78,29 +78,29 @@ class _Reduction:
         self.op = op                     # as given: a plain function becomes an Op when planned
         self.options = options or _no_options
         self.name, self.needs_items = name, needs_items
-        self.programs = _programs.Programs(1024)
+        self.programs = _programs.Programs(self._plan, 1024)
 
     def __call__(self, x, init=None, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,
                  axis=None, keepdims=False):
         is_tuple = x.__class__ is tuple
         arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
-        if out is None:
-            given = ()
-        else:
-            given = tuple(_arrays.describe(o, "out") for o in (out if out.__class__ is tuple else (out,)))
         h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
-        key = (tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm, deterministic, is_tuple,
-               tuple(map(_signature, given)), stream is not None, _reduce_mod.tile_override())
+        if out is None:
+            return self.programs.run((tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm,
+                                      deterministic, is_tuple, (), stream is not None, _reduce_mod.tile_override()),
+                                     *arrs)
+        given = tuple(_arrays.describe(o, "out") for o in (out if out.__class__ is tuple else (out,)))
+        self.programs.run((tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm, deterministic,
+                           is_tuple, tuple(map(_signature, given)), stream is not None,
+                           _reduce_mod.tile_override()), *arrs, *given)
+        return out
 
-        def plan():
-            return self._plan(arrs, given, is_tuple, init, dtype, algorithm, deterministic, axis, keepdims, h,
-                              h if stream is not None else None)
-
-        got = self.programs.run(key, plan, *arrs, *given)
-        return out if out is not None else got
-
-    def _plan(self, arrs, given, is_tuple, init, dtype, algorithm, deterministic, axis, keepdims, h,
-              alloc_stream):
+    def _plan(self, key, *arrays):
+        """The Program of call signature ``key`` (see :meth:`__call__`), for ``arrays``:
+        the input(s), then out='s."""
+        sigs, h, init, dtype, axis, keepdims, algorithm, deterministic, is_tuple, out_sigs, given_stream, _ = key
+        arrs, given = arrays[:len(sigs)], arrays[len(sigs):]
+        alloc_stream = h if given_stream else None
         like = arrs[0]
         o = self.options(like.dtype)
         lift, project, ddof = o.get("lift", "value"), o.get("project", "value"), o.get("ddof", 0)
@@ -162,15 +162,9 @@ def _scalar_outputs(b, like, out_vt, given):
 
 def _results(out_vt, given):
     """The Program's finish: the new result(s) (none where out= was given: the caller returns it)."""
-    if given:
-        return lambda got: None
-    if out_vt.is_tuple:
-        return tuple
-    return _first
-
-
-def _first(got):
-    return got[0]
+    if out_vt.is_tuple and not given:
+        return tuple          # a 1-field tuple value still returns a tuple
+    return None
 
 
 _prepared = {}

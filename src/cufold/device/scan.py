@@ -1188,18 +1188,21 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
     else:
         given = tuple(_arrays.describe(o, "out") for o in (out if isinstance(out, (tuple, list)) else (out,)))
     h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
-    key = (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total,
-           is_tuple, tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
-           knob("CUFOLD_SCAN_VARIANT"))
-
-    def plan():
-        return _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h,
-                          h if stream is not None else None)
-
-    got = _programs_of_scans.run(key, plan, *arrs, *given)
+    got = _programs_of_scans.run(
+        (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple,
+         tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
+         knob("CUFOLD_SCAN_VARIANT")), *arrs, *given)
     if out is None:
         return got
     return (out, got) if total else out
+
+
+def _plan_key(key, *arrays):
+    """The Program of scan call signature ``key`` (see :func:`_scan`) for ``arrays``:
+    the input(s), then out='s."""
+    sigs, h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple, _, given_stream = key[:12]
+    return _plan_scan(arrays[:len(sigs)], arrays[len(sigs):], is_tuple, op, init, dtype, algorithm, total, kind,
+                      numpy_sum, h, h if given_stream else None)
 
 
 def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream):
@@ -1245,17 +1248,17 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
     if given:
-        return b.build((lambda got: pack(got)) if total else (lambda got: None))
+        return b.build(pack if total else None)
     if total:
         return b.build(lambda got: (pack(got[:fields]), pack(got[fields:])))
-    return b.build(pack)
+    return b.build(tuple if out_vt.is_tuple else None)
 
 
 def _only(got):
     return got[0]
 
 
-_programs_of_scans = _programs.Programs(4096)   # per call signature: users' operators too (bounded)
+_programs_of_scans = _programs.Programs(_plan_key, 4096)   # users' operators too (bounded)
 
 
 

@@ -614,9 +614,6 @@ def _check_offsets(off):
         raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
 
 
-_segmented_programs = _programs.Programs(4096)
-
-
 def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None):
     """Reduce every segment ``values[offsets[i]:offsets[i+1]]`` of a CSR layout.
 
@@ -658,18 +655,24 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     with _launch.nvtx_range("cufold.segmented_reduce"):
         arrs = _describe_values(values, "values")
         off = _arrays.describe(offsets, "offsets")
-        handle = _arrays.stream_handle(arrs + (off,), stream)
-        key = (op, init, dtype, tuple(map(_programs.signature, arrs)), _programs.signature(off), handle,
-               stream is not None)
+        return _segmented_programs.run(
+            (tuple(map(_programs.signature, arrs)), _programs.signature(off),
+             _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None), *arrs, off)
 
-        def plan():
-            _check_values(arrs, "values")
-            _check_offsets(off)
-            _arrays.same_device(arrs + (off,), "values and offsets")
-            return _plan_segmented(arrs, off, as_op(op), init, dtype, handle,
-                                   handle if stream is not None else None, "segmented_reduce")
 
-        return _segmented_programs.run(key, plan, *arrs, off)
+def _plan_segmented_key(key, *arrays):
+    """The Program of segmented_reduce call signature ``key`` for ``arrays`` (the
+    value fields, then the offsets)."""
+    _, _, handle, op, init, dtype, given_stream = key
+    arrs, off = arrays[:-1], arrays[-1]
+    _check_values(arrs, "values")
+    _check_offsets(off)
+    _arrays.same_device(arrays, "values and offsets")
+    return _plan_segmented(arrs, off, as_op(op), init, dtype, handle, handle if given_stream else None,
+                           "segmented_reduce")
+
+
+_segmented_programs = _programs.Programs(_plan_segmented_key, 4096)
 
 
 # --- reduce_by_key -----------------------------------------------------------------------------------
@@ -793,34 +796,40 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
     with _launch.nvtx_range("cufold.reduce_by_key"):
         karrs = _describe_values(keys, "keys")
         varrs = _describe_values(values, "values")
-        every = karrs + varrs
-        handle = _arrays.stream_handle(every, stream)
-        alloc_stream = handle if stream is not None else None
+        if varrs[0].size != karrs[0].size:
+            raise ValueError("cufold: keys and values must be equally long; got %d and %d"
+                             % (karrs[0].size, varrs[0].size))
+        handle = _arrays.stream_handle(karrs + varrs, stream)
         ksig = tuple(map(_programs.signature, karrs))
-        n = karrs[0].size
+        if karrs[0].size == 0:
+            return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, 0,
+                                 stream is not None), *karrs, *varrs)
+        counts = _run_counts.run((ksig, handle), *karrs)
+        runs = int(to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
+        return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, runs,
+                             stream is not None), *karrs, counts, *varrs)
 
-        def plan_count():
-            _check_values(every, "keys and values")
-            if varrs[0].size != n:
-                raise ValueError("cufold: keys and values must be equally long; got %d and %d"
-                                 % (n, varrs[0].size))
-            _arrays.same_device(every, "keys and values")
-            return _plan_count_runs(karrs, handle)
 
-        runs = 0
-        if n > 0:
-            counts = _run_counts.run((ksig, handle), plan_count, *karrs)
-            runs = int(to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
-        key = (op, dtype, ksig, tuple(map(_programs.signature, varrs)), runs, handle, stream is not None)
+def _check_by_key(karrs, varrs):
+    every = karrs + varrs
+    _check_values(every, "keys and values")
+    _arrays.same_device(every, "keys and values")
 
-        def plan_runs():
-            _check_values(every, "keys and values")
-            _arrays.same_device(every, "keys and values")
-            return _plan_runs(karrs, varrs, as_op(op), dtype, runs, handle, alloc_stream)
 
-        if n == 0:
-            return _by_runs.run(key, plan_runs, *karrs, *varrs)
-        return _by_runs.run(key, plan_runs, *karrs, counts, *varrs)
+def _plan_count_key(key, *karrs):
+    """The counting Program of reduce_by_key's keys of signature ``key``."""
+    _check_values(karrs, "keys")
+    _arrays.same_device(karrs, "keys")
+    return _plan_count_runs(karrs, key[1])
+
+
+def _plan_runs_key(key, *arrays):
+    """The Program of reduce_by_key call signature ``key`` for ``runs`` runs: keys,
+    the counts (where there are runs), values."""
+    ksig, vsig, handle, op, dtype, runs, given_stream = key
+    karrs, varrs = arrays[:len(ksig)], arrays[len(arrays) - len(vsig):]
+    _check_by_key(karrs, varrs)
+    return _plan_runs(karrs, varrs, as_op(op), dtype, runs, handle, handle if given_stream else None)
 
 
 def _plan_count_runs(karrs, handle):
@@ -868,5 +877,5 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
     return b.build(lambda got: (_pack(key_vt, got[:k]), _pack(out_vt, got[k + 1:k + 1 + t])))
 
 
-_run_counts = _programs.Programs(1024)
-_by_runs = _programs.Programs(4096)
+_run_counts = _programs.Programs(_plan_count_key, 1024)
+_by_runs = _programs.Programs(_plan_runs_key, 4096)

@@ -28,7 +28,8 @@ block, args, shared=0)``, ``guard(check)``, ``after(hook)``,
 ``build(finish) -> Program``
 ``Program``: ``prog(*arrays, *values) -> result``; ``Stale`` (a guard failed:
 plan again)
-``Programs(limit)``: a bounded cache of Programs, ``run(key, plan, *args)``
+``Programs(plan, limit)``: a bounded cache of Programs by call signature,
+``run(key, *arrays)`` (``plan(key, *arrays) -> Program`` on a miss)
 ``signature(arr)``: what of an array a Program depends on
 """
 
@@ -202,8 +203,8 @@ class Builder:
 
     def build(self, finish=None):
         """The Program. ``finish(outputs) -> result`` turns the list of this call's
-        output objects into what the function returns (default: the one output, or
-        the tuple of them)."""
+        output objects into what the function returns; None (the default) returns
+        the one output, the tuple of them, or None where there is none."""
         return Program(self, finish)
 
 
@@ -220,8 +221,7 @@ class Program:
     def __init__(self, b, finish):
         inputs = [k for k, e in enumerate(b._arrays) if e[0] == "in"]
         outputs = [k for k, e in enumerate(b._arrays) if e[0] == "out"]
-        env = {"_finish": finish or (lambda outs: outs[0] if len(outs) == 1 else tuple(outs)),
-               "_Stale": Stale, "_to_library": _arrays.to_library}
+        env = {"_finish": finish, "_Stale": Stale, "_to_library": _arrays.to_library}
         params = ["a%d" % k for k in inputs] + ["v%d" % v.index for v in b._values]
         lines = ["def call(%s):" % ", ".join(params)]
         for i, g in enumerate(b._guards):
@@ -247,7 +247,10 @@ class Program:
         like = {k: b._arrays[k][1].library for k in outputs}
         outs = ", ".join(("_to_library(o%d, a%d)" % (k, b._arrays[k][3]) if like[k] == "jax" else "o%d" % k)
                          for k in outputs)
-        lines.append("    return _finish([%s])" % outs)
+        if finish is not None:
+            lines.append("    return _finish([%s])" % outs)
+        else:       # the outputs themselves: no list, no call (a small call is all host time)
+            lines.append("    return %s" % (outs if len(outputs) == 1 else "(%s)" % outs if outputs else "None"))
         self.source = "\n".join(lines) + "\n"
         exec(compile(self.source, "<cufold-program>", "exec"), env)
         self.call = env["call"]
@@ -270,22 +273,29 @@ def _check_covered(args, vary, kernel):
 
 
 class Programs(_launch.BoundedCache):
-    """The Programs of one device function, by signature (bounded)."""
+    """The Programs of one device function, by call signature (bounded).
 
-    __slots__ = ()
+    ``plan(key, *arrays) -> Program`` makes the Program of a signature: the key
+    holds everything it depends on (options, the arrays' signatures, the stream),
+    so the hot path builds nothing but the key."""
 
-    def run(self, key, plan, *args):
-        """``self[key](*args)``, planning it first with ``plan() -> Program`` where
-        there is none (or it went stale). An unhashable key (an option the caller
-        gave as a list, say) plans a Program for this call only."""
+    __slots__ = ("plan",)
+
+    def __init__(self, plan, limit=4096):
+        super().__init__(limit)
+        self.plan = plan
+
+    def run(self, key, *arrays):
+        """The Program of ``key`` (planned on a miss, or when it went stale) run on
+        ``arrays``. An unhashable key (an option given as a list, say) plans a
+        Program for this call only."""
         try:
             prog = self.get(key)
         except TypeError:
-            return plan().call(*args)
+            return self.plan(key, *arrays).call(*arrays)
         if prog is None:
-            prog = self.put(key, plan())
+            prog = self.put(key, self.plan(key, *arrays))
         try:
-            return prog.call(*args)
+            return prog.call(*arrays)
         except Stale:
-            prog = self.put(key, plan())
-            return prog.call(*args)
+            return self.put(key, self.plan(key, *arrays)).call(*arrays)
