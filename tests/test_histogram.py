@@ -16,7 +16,7 @@ from numba import cuda
 
 from conftest import SIMULATOR, gpu_only
 
-from cufold.host import arrays as _arrays
+from cufold.host import arrays as _arrays, programs as _programs
 # The module (once exported, cufold.device.histogram may be a function of the same name).
 H = importlib.import_module("cufold.device.histogram")
 
@@ -267,6 +267,108 @@ def test_histogram_empty_and_errors():
         H.histogram(dev(np.ones(4, np.bool_)), 3)
     with pytest.raises(ValueError, match="1-D"):
         H.histogram(dev(np.ones((2, 2), np.float32)), 3)
+
+
+# --- the host path: Programs, synchronisations, results of their own ------------------------------------
+
+@pytest.fixture
+def builds(monkeypatch):
+    """How many Programs have been planned (a list holding the count)."""
+    count = [0]
+    real = _programs.Builder.build
+
+    def build(self, finish=None):
+        count[0] += 1
+        return real(self, finish)
+
+    monkeypatch.setattr(_programs.Builder, "build", build)
+    return count
+
+
+def test_same_signature_reuses_its_program(rng, builds):
+    """Each call shape is planned once: later calls with new data (new min/max too)
+    plan nothing and give NumPy's results."""
+    n = N + 3                                         # a signature no other test has
+    edges = [-3.0, -0.5, 0.0, 0.25, 2.0]
+    calls = (
+        ("range", lambda x, k: H.histogram(dev(x), 29, range=(-2, 2)),
+         lambda x, k: np.histogram(x, 29, range=(-2, 2))),
+        ("data range", lambda x, k: H.histogram(dev(x), 29), lambda x, k: np.histogram(x, 29)),
+        ("edges", lambda x, k: H.histogram(dev(x), edges), lambda x, k: np.histogram(x, edges)),
+        ("bincount", lambda x, k: H.bincount(dev(k), minlength=40), lambda x, k: np.bincount(k, minlength=40)),
+    )
+    for name, ours, numpys in calls:
+        before = builds[0]
+        for i in range(4):
+            x = (rng.standard_normal(n) * (1 + i)).astype(np.float32)
+            k = rng.integers(0, 30 + i, n).astype(np.int32)
+            if i == 1:
+                planned = builds[0]
+            got, want = host(ours(x, k)), numpys(x, k)
+            for g, r in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert g.dtype == r.dtype and np.array_equal(g, r), (name, i)
+        assert planned > before and builds[0] == planned, name
+
+
+def test_long_edge_array_is_given_per_call(rng, builds, monkeypatch):
+    """Past KEYED_EDGES the edges are uploaded on every call, to one Program."""
+    monkeypatch.setattr(H, "KEYED_EDGES", 3)
+    x = (rng.standard_normal(N + 5) * 3).astype(np.float32)      # a signature no other test has
+    before = builds[0]
+    for i in range(3):
+        edges = np.sort(rng.uniform(-5, 5, 7)) + i
+        if i == 1:
+            planned = builds[0]
+        c, e = host(H.histogram(dev(x), edges))
+        rc, re = np.histogram(x, edges)
+        assert np.array_equal(c, rc) and np.array_equal(e, re)
+    assert planned > before and builds[0] == planned
+
+
+def test_synchronisations(rng, monkeypatch):
+    """histogram with range= (or host edges) never reads the device back; without
+    range=, with device edges, and bincount: exactly one read per call."""
+    reads = [0]
+
+    def counted(real):
+        def read(*a, **k):
+            reads[0] += 1
+            return real(*a, **k)
+        return read
+
+    device_array_type = type(dev(np.zeros(1)))
+    monkeypatch.setattr(device_array_type, "copy_to_host", counted(device_array_type.copy_to_host))
+    monkeypatch.setattr(H, "read_to_host", counted(H.read_to_host))
+    monkeypatch.setattr(H, "to_host", counted(H.to_host))
+    x = dev(rng.random(N).astype(np.float32))
+    k = dev(rng.integers(0, 50, N).astype(np.int16))
+    w = dev(rng.random(N))
+    cases = ((0, lambda: H.histogram(x, 33, range=(0.25, 0.75))),
+             (0, lambda: H.histogram(x, 33, range=(0.25, 0.75), weights=w)),
+             (0, lambda: H.histogram(x, [0.0, 0.5, 0.625, 1.0])),
+             (0, lambda: H.bincount(dev(np.zeros(0, np.int32)), minlength=3)),
+             (1, lambda: H.histogram(x, 33)),
+             (1, lambda: H.histogram(x, dev(np.array([0.0, 0.5, 0.625, 1.0])))),
+             (1, lambda: H.bincount(k)),
+             (1, lambda: H.bincount(k, weights=w, minlength=60)))
+    for expected, call in cases:
+        for _ in range(2):                           # planned, then found
+            reads[0] = 0
+            call()
+            assert reads[0] == expected
+
+
+def test_every_call_returns_its_own_edges(rng):
+    x = rng.random(N)
+    given = dev(np.array([0.0, 0.25, 0.5, 1.0]))
+    for make in (lambda: H.histogram(dev(x), 8, range=(0, 1)), lambda: H.histogram(dev(x), 8),
+                 lambda: H.histogram(dev(x), [0.0, 0.25, 0.5, 1.0]), lambda: H.histogram(dev(x), given)):
+        _, first = make()
+        _, second = make()
+        want = host(second)
+        first[:] = dev(np.full(first.shape, -7.0))       # the caller owns what it got
+        assert np.array_equal(host(second), want) and np.array_equal(host(make()[1]), want)
+    assert np.array_equal(host(given), [0.0, 0.25, 0.5, 1.0])
 
 
 # --- GPU: sizes of real use ------------------------------------------------------------------------------

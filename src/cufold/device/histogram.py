@@ -39,29 +39,48 @@ take 250 us the same way: the binning, not the atomics (float32 arithmetic
 instead of float64, and skipping the edge lookups for items far from an edge,
 were measured and gained nothing). With many bins aggregation
 pays on global atomics (65536 bins, skewed: ``global_match`` 4.7 ms,
-``global`` 6.5 ms). Every algorithm zeroes the result first (one small
-kernel): two launches.
+``global`` 6.5 ms). Every call first zeroes the result and copies the edges
+into the call's own edges array (one small kernel): two launches (a third
+converts the float64 weight sums where the weights have another dtype).
+
+The host path (``cufold.host.programs``): a call runs a Program bound for its
+signature (the bins, the range, the arrays' layouts, the stream). The edges
+are the count kernel's argument (it takes the range and the bin width from
+their first and last edge), either a device array of the Program's own, where
+the key holds their values (``range=``: uploaded once per (bins, range, dtype)
+through an edge cache; host edge sequences up to ``KEYED_EDGES``), or one given
+on each call to a Program of their layout (the data's range: an edge cache
+keyed by the range read; longer host sequences, uploaded; device edge arrays,
+read by the kernels as they are).
 
 Synchronisations (NumPy's semantics need host values): ``bincount`` reads
-``min(x)`` and ``max(x)`` (one device reduction, **one synchronisation**): the
-result length is ``max(x) + 1`` and negative values raise ValueError.
-``histogram`` with ``range=None`` likewise reads ``min``/``max`` (one
-synchronisation) to place the edges; with ``range=`` or an edge array it does
-not synchronise. Weighted sums use float64 atomics: their order varies, so the
-last bits of a weighted result may vary between runs (as torch's and CuPy's).
+``min(x)`` and ``max(x)`` (a one-launch Program, then a read of the two
+values: **one synchronisation**): the result length is ``max(x) + 1`` and negative
+values raise ValueError. ``histogram`` with ``range=None`` likewise reads
+``min``/``max`` (one synchronisation) to place the edges, and edges given as a
+device array are read once (NumPy checks that they increase); with ``range=``
+or host edges it does not synchronise (but for the synchronous upload of new
+edges: once per (bins, range, dtype), or per Program). Reads go through :func:`read_to_host`
+(one driver copy into page-locked memory, one stream synchronisation). Weighted
+sums use float64 atomics: their order varies, so the last bits of a weighted
+result may vary between runs (as torch's and CuPy's).
 """
 
 import collections
+import ctypes
 import functools
 import operator
+import threading
 
 import numpy as np
 from numba import config, cuda
 
 from .. import warp
-from ..ops import plus
-from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
-from ..host.launch import launch
+from ..ops import minmax, plus
+from ..values import ValueType
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
+from ..host import types as _types
+from . import reduce as _reduce
 from .segmented import sm_count, to_host
 
 __all__ = ["histogram", "bincount", "ALGORITHMS"]
@@ -210,22 +229,43 @@ def _process(mode, weighted, match, counter_dtype, tile):
     return process
 
 
+@cuda.jit(device=True)
+def _no_limits(edges, nbins):
+    return 0.0, 0.0, 0.0, 0.0
+
+
+@cuda.jit(device=True)
+def _edge_limits(edges, nbins):
+    # (lo, norm, e0, eN) of the bin functions, from the edges themselves (a Program
+    # may get new edges on every call): float64 arithmetic as on the host, so the
+    # bins are NumPy's whichever side computes them.
+    first = np.float64(edges[0])
+    last = np.float64(edges[nbins])
+    norm = np.float64(nbins) / (last - first) if last > first else np.float64(0.0)
+    return first, norm, first, last
+
+
+_LIMITS = {"int": _no_limits, "uniform": _edge_limits, "edges": _edge_limits}
+
+
 @functools.lru_cache(maxsize=None)
 def hist_kernel(mode, weighted, algorithm, tile):
-    """The Python kernel ``(x, w, n, out, nbins, edges, lo, norm, e0, eN)``:
-    adds the counts (``out`` int64) or weight sums (``out`` float64) of ``x``'s
-    items to ``out`` (zeroed by the caller). ``w`` is read only when weighted;
-    ``edges``/``lo``/``norm``/``e0``/``eN`` by the histogram modes only. The
-    shared algorithms need ``nbins x (8 if weighted else 4)`` bytes of dynamic
-    shared memory."""
+    """The Python kernel ``(x, w, n, out, nbins, edges)``: adds the counts
+    (``out`` int64) or weight sums (``out`` float64) of ``x``'s items to ``out``
+    (zeroed by the caller). ``w`` is read only when weighted; ``edges`` (the
+    ``nbins + 1`` bin edges) by the histogram modes only, which also take the
+    range and the bin width from its first and last edge. The shared algorithms
+    need ``nbins x (8 if weighted else 4)`` bytes of dynamic shared memory."""
     nt = tile.nt
     match = algorithm.endswith("_match")
     out_dt = np.float64 if weighted else np.int64
     conv = np.dtype(out_dt).type
+    limits = _LIMITS[mode]
     if algorithm.startswith("global"):
         process = _process(mode, weighted, match, out_dt, tile)
 
-        def hist_global(x, w, n, out, nbins, edges, lo, norm, e0, eN):
+        def hist_global(x, w, n, out, nbins, edges):
+            lo, norm, e0, eN = limits(edges, nbins)
             process(x, w, n, out, nbins, edges, lo, norm, e0, eN)
 
         return hist_global
@@ -235,8 +275,9 @@ def hist_kernel(mode, weighted, algorithm, tile):
     # The simulator sizes dynamic shared arrays by dtype.itemsize: it needs a dtype instance.
     smem_type = np.dtype(smem_dt) if SIMULATOR else smem_dt
 
-    def hist_shared(x, w, n, out, nbins, edges, lo, norm, e0, eN):
+    def hist_shared(x, w, n, out, nbins, edges):
         private = cuda.shared.array(0, smem_type)
+        lo, norm, e0, eN = limits(edges, nbins)
         tid = cuda.threadIdx.x
         b = tid
         while b < nbins:
@@ -256,18 +297,23 @@ def hist_kernel(mode, weighted, algorithm, tile):
 
 
 @functools.lru_cache(maxsize=None)
-def fill_kernel(dtype):
-    """Kernel ``(out, n, value)``: ``out[:n] = value`` (grid-stride)."""
-    conv = np.dtype(dtype).type
+def start_kernel(out_dtype):
+    """Kernel ``(out, nbins, src, dst, nedges)``: ``out[:nbins] = 0`` and
+    ``dst[:nedges] = src[:nedges]`` (grid-stride): the counts zeroed and the
+    call's own copy of the edges made in one launch."""
+    zero = np.dtype(out_dtype).type(0)
 
-    def fill(out, n, value):
+    def start(out, nbins, src, dst, nedges):
         i = cuda.grid(1)
         step = cuda.gridsize(1)
-        while i < n:
-            out[i] = conv(value)
+        while i < nbins or i < nedges:
+            if i < nbins:
+                out[i] = zero
+            if i < nedges:
+                dst[i] = src[i]
             i += step
 
-    return fill
+    return start
 
 
 @functools.lru_cache(maxsize=None)
@@ -285,24 +331,130 @@ def copy_kernel(src_dtype, dst_dtype):
     return copy
 
 
-# --- host side -------------------------------------------------------------------------------------
+# --- host side: reading a few bytes back -----------------------------------------------------------
+
+_PINNED_BYTES = 4096
+_CU_MEMHOSTALLOC_PORTABLE = 1
+
+
+class _ReadCalls:
+    """The driver calls of :func:`read_to_host` (ctypes, bound on first use)."""
+
+    def __init__(self):
+        self.drv = drv = _launch._driver()
+        c_void_p, c_size_t = ctypes.c_void_p, ctypes.c_size_t
+        self.copy = _launch._cfunc(drv.lib, "cuMemcpyDtoHAsync_v2",
+                                   [c_void_p, ctypes.c_uint64, c_size_t, c_void_p])
+        self.wait = _launch._cfunc(drv.lib, "cuStreamSynchronize", [c_void_p])
+        self.host_alloc = _launch._cfunc(drv.lib, "cuMemHostAlloc", [c_void_p, c_size_t, ctypes.c_uint])
+        self.host_free = _launch._cfunc(drv.lib, "cuMemFreeHost", [c_void_p])
+
+    def copy_and_wait(self, dst, src, nbytes, stream):
+        res = self.copy(dst, src, nbytes, stream)
+        return res if res != 0 else self.wait(stream)
+
+    def in_context(self, device_id, fn, *args):
+        """``fn(*args)`` with ``device_id``'s primary context current (pushed for the call)."""
+        drv, popped = self.drv, ctypes.c_void_p()
+        res = drv.ctx_push(_launch._primary_context(device_id))
+        if res != 0:
+            return res
+        try:
+            return fn(*args)
+        finally:
+            drv.ctx_pop(ctypes.addressof(popped))
+
+
+_read_calls = []
+
+
+def _calls():
+    if not _read_calls:
+        _read_calls.append(_ReadCalls())
+    return _read_calls[0]
+
+
+class _PinnedBuffer:
+    """Page-locked host memory (portable: pinned for every context), freed with its object."""
+
+    def __init__(self, calls, device_id, nbytes):
+        ptr = ctypes.c_void_p()
+        res = calls.in_context(device_id, calls.host_alloc, ctypes.addressof(ptr), nbytes,
+                               _CU_MEMHOSTALLOC_PORTABLE)
+        if res != 0:
+            raise RuntimeError("cufold: cuMemHostAlloc of %d bytes failed: %s"
+                               % (nbytes, calls.drv.error_name(res)))
+        self.calls, self.ptr = calls, ptr.value
+        self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.ptr))
+
+    def __del__(self):
+        try:
+            self.calls.host_free(self.ptr)
+        except Exception:           # the driver may be gone at exit
+            pass
+
+
+_landing = threading.local()        # this thread's _PinnedBuffer: concurrent reads never share one
+
+
+def read_to_host(arr, stream):
+    """A NumPy copy of the C-contiguous device array ``arr`` (an :class:`Arr`), read
+    after the work queued on raw stream ``stream``: **synchronises the host** (once).
+
+    One ``cuMemcpyDtoHAsync`` into this thread's page-locked buffer (into the new
+    NumPy array itself beyond 4 KiB) and one ``cuStreamSynchronize``: no Numba
+    stream or array objects per call. In the simulator, device memory is host
+    memory and kernels have already run: a plain copy."""
+    nbytes = arr.size * arr.itemsize
+    if SIMULATOR:
+        out = np.empty(arr.shape, arr.dtype)
+        if nbytes:
+            ctypes.memmove(out.ctypes.data, arr.ptr, nbytes)
+        return out
+    calls = _calls()
+    if nbytes <= _PINNED_BYTES:
+        pinned = getattr(_landing, "buffer", None)
+        if pinned is None:
+            pinned = _landing.buffer = _PinnedBuffer(calls, arr.device_id, _PINNED_BYTES)
+        out, dst = None, pinned.ptr
+    else:
+        out = np.empty(arr.shape, arr.dtype)
+        dst = out.ctypes.data
+    if calls.drv.check_ctx:         # several GPUs: the copy runs in the array's device's context
+        res = calls.in_context(arr.device_id, calls.copy_and_wait, dst, arr.ptr, nbytes, stream)
+    else:
+        res = calls.copy_and_wait(dst, arr.ptr, nbytes, stream)
+        if res in _launch._WRONG_CONTEXT:      # this thread has no context (or another) current
+            res = calls.in_context(arr.device_id, calls.copy_and_wait, dst, arr.ptr, nbytes, stream)
+    if res != 0:
+        raise RuntimeError("cufold: reading %d bytes back from the device failed: %s"
+                           % (nbytes, calls.drv.error_name(res)))
+    if out is None:
+        out = pinned.bytes[:nbytes].view(arr.dtype).reshape(arr.shape).copy()
+    return out
+
+
+# --- host side: Programs ------------------------------------------------------------------------------
 
 _FILL_THREADS = 32 if SIMULATOR else 256
 _FILL_BLOCKS = 2 if SIMULATOR else 4096     # grid-stride beyond
+#: Host edge sequences up to this many edges key their Program by value (more: a Program
+#: that takes the edges, uploaded on every call).
+KEYED_EDGES = 4096
 
 
 def _grid_1d(n):
     return max(1, min(-(-n // _FILL_THREADS), _FILL_BLOCKS))
 
 
-def _fill(arr, n, value, handle):
-    launch(fill_kernel(arr.dtype), ("hist_fill", arr.dtype), _grid_1d(n), _FILL_THREADS, handle,
-           (arr, np.int64(n), value))
+def _start(b, out, nbins, src, dst, nedges):
+    b.launch(start_kernel(out.dtype), ("hist_start", out.dtype), _grid_1d(max(nbins, nedges)), _FILL_THREADS,
+             (out, np.int64(nbins), src, dst, np.int64(nedges)))
 
 
-def _copy(src, dst, n, handle):
-    launch(copy_kernel(src.dtype, dst.dtype), ("hist_copy", src.dtype, dst.dtype), _grid_1d(n),
-           _FILL_THREADS, handle, (src, dst, np.int64(n)))
+def _copy(b, src, dst, n):
+    b.launch(copy_kernel(src.dtype, dst.dtype), ("hist_copy", src.dtype, dst.dtype), _grid_1d(n),
+             _FILL_THREADS, (src, dst, np.int64(n)))
 
 
 def choose(n, nbins, weighted, device_id):
@@ -326,72 +478,120 @@ def _check_algorithm(algorithm, nbins, weighted):
                          % (algorithm, nbins, "float64" if weighted else "int32", SHARED_BYTES))
 
 
-def _count(mode, x, w, n, out, nbins, edges, lo, norm, e0, eN, algorithm, handle, device_id):
-    """Zero ``out`` (``nbins`` of int64 or float64) and add ``x``'s items to it."""
+def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
+    """Add to Program builder ``b``: zero ``out`` (``nbins`` of int64 or float64)
+    and copy ``edges`` (the ``nbins + 1`` edges the histogram modes bin by) to
+    ``edges_out`` where given, then add ``x``'s ``n`` items to ``out``."""
     weighted = w is not None
-    _fill(out, nbins, 0, handle)
+    if edges_out is None:
+        _start(b, out, nbins, edges, edges, 0)
+    else:
+        _start(b, out, nbins, edges, edges_out, nbins + 1)
     if n == 0:
         return
     if algorithm is None:
-        algorithm = choose(n, nbins, weighted, device_id)
+        algorithm = choose(n, nbins, weighted, b.device_id)
     _check_algorithm(algorithm, nbins, weighted)
     if algorithm.endswith("_match") and nbins >= 2**31:
         algorithm = algorithm[:-len("_match")]     # match_any compares the bins as int32
     tile = _tile()
     chunk = tile.nt * tile.vt
     blocks = -(-n // chunk)
-    resident = sm_count(device_id) * max(1, 2048 // tile.nt)
+    resident = sm_count(b.device_id) * max(1, 2048 // tile.nt)
     smem = 0
     if algorithm.startswith("shared"):
         smem = nbins * (8 if weighted else 4)
         # Enough items per block that the merge (<= nbins atomics a block) stays small.
-        grid = min(blocks, resident, max(sm_count(device_id), n // (4 * nbins)))
+        grid = min(blocks, resident, max(sm_count(b.device_id), n // (4 * nbins)))
     else:
         grid = min(blocks, resident)
-    grid = max(1, grid)
-    args = (x, w if weighted else x, np.int64(n), out, np.int64(nbins), edges, np.float64(lo),
-            np.float64(norm), np.float64(e0), np.float64(eN))
-    fn = hist_kernel(mode, weighted, algorithm, tile)
-    _launch.kernel_for(fn, ("hist", mode, weighted, algorithm, tile), args).launch(grid, tile.nt, handle, smem,
-                                                                           *args)
+    b.launch(hist_kernel(mode, weighted, algorithm, tile), ("hist", mode, weighted, algorithm, tile),
+             max(1, grid), tile.nt, (x, w if weighted else x, np.int64(n), out, np.int64(nbins), edges),
+             shared=smem)
 
 
-def _input(x, name):
-    a = _arrays.describe(x, name)
+def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, alloc_stream):
+    """The Program of one histogram (``mode`` "uniform" or "edges") or bincount
+    ("int") signature, called with ``x`` (and ``weights``), and for
+    ``edges_per_call`` the edges (laid out as ``edges``); else ``edges`` is the
+    Program's own (bincount: None). Returns ``counts`` (bincount) or ``(counts,
+    edges)``: new arrays of ``x``'s library, the edges copied on the device."""
+    b = _programs.Builder(a.device_id, handle, alloc_stream)
+    xs = b.input(a)
+    ws = None if w is None else b.input(w)
+    if edges_per_call:
+        edges = b.input(edges)
+    if mode == "int":
+        counts = b.output(xs, (nbins,), np.int64 if w is None else np.float64)
+        if nbins > 0:
+            _count(b, mode, xs, ws, a.size, counts, nbins, _dummy(a.device_id), algorithm)
+        return b.build()
+    counts = b.output(xs, (nbins,), np.int64 if w is None else w.dtype)
+    edges_out = b.output(xs, (nbins + 1,), edges.dtype)           # each call's own
+    acc = counts
+    if w is not None and counts.dtype != np.float64:
+        acc = b.output(xs, (nbins,), np.float64)                  # weights add up in float64, then converted
+    _count(b, mode, xs, ws, a.size, acc, nbins, edges, algorithm, edges_out)
+    if acc is not counts:
+        _copy(b, acc, counts, nbins)
+    return b.build(lambda got: (got[0], got[1]))
+
+
+def _plan_minmax(a, handle, alloc_stream):
+    """The Program ``(x) -> Arr``: ``[min(x), max(x)]`` in a new 2-element array
+    (``x`` not empty): ``cufold.minmax``'s reduction, one launch."""
+    acc = _types.accumulate(a.dtype)
+    in_vt, acc_vt, out_vt = ValueType.of(a.dtype), ValueType.of((acc, acc)), ValueType.of((a.dtype, a.dtype))
+    minmax.check(acc_vt)
+    b = _programs.Builder(a.device_id, handle, alloc_stream)
+    xs = b.input(a)
+    both = b.output(xs, (2,), a.dtype)
+    outs = (both.view(a.dtype, (1,), 0), both.view(a.dtype, (1,), a.itemsize))
+    p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, a.device_id, None, lift="pair").for_input(xs)
+    spec = p.spec
+    # The default algorithm is single_block or single_pass: one launch writes the result.
+    assert spec.finish in ("final", "last_block"), spec.finish
+    partials, counter = _reduce._workspace(b.device_id, b.stream, acc_vt, max(p.grid, 1))
+    b.launch(_reduce.reduce_kernel(spec), ("reduce", spec), p.grid, spec.tile.nt,
+             (xs, a.size, partials, counter, outs, _reduce._zero(acc_vt), False))
+    return b.build(lambda got: _arrays.describe(got[0], "minmax"))
+
+
+def _device_minmax(kind, a, w, handle, alloc_stream):
+    """(min, max) of ``a`` (not empty) as host scalars: one small Program, then one
+    read of the two values: **one synchronisation**. ``kind``'s checks of ``x`` and
+    ``weights`` run when the Program is planned."""
+    key = (kind, _programs.signature(a), None if w is None else _programs.signature(w), handle, alloc_stream)
+
+    def plan():
+        _check_inputs(kind, a, w)
+        return _plan_minmax(a, handle, alloc_stream)
+
+    both = read_to_host(_minmax_programs.run(key, plan, a), handle)       # the sync
+    return both[0], both[1]
+
+
+def _one_d(a, name):
     if a.ndim != 1:
         raise ValueError("cufold: %s must be 1-D; got shape %s" % (name, a.shape))
-    return a
 
 
-def _weights(weights, n, kinds):
-    if weights is None:
-        return None
-    w = _input(weights, "weights")
-    if w.size != n:
-        raise ValueError("cufold: weights and x must be equally long; got %d and %d" % (w.size, n))
-    if w.dtype.kind not in kinds:
+def _check_inputs(kind, a, w):
+    """What ``kind`` ("bincount" or "histogram") takes of ``x`` and ``weights`` (Arrs; w may be None)."""
+    _one_d(a, "x")
+    if kind == "bincount" and a.dtype.kind not in "biu":
+        raise TypeError("cufold: bincount takes integers; x has dtype %s (NumPy: cannot cast "
+                        "safely to int64)" % a.dtype)
+    if kind == "histogram" and a.dtype.kind not in "iuf":
+        raise TypeError("cufold: histogram takes integers or floats; x has dtype %s" % a.dtype)
+    if w is None:
+        return
+    _one_d(w, "weights")
+    if w.size != a.size:
+        raise ValueError("cufold: weights and x must be equally long; got %d and %d" % (w.size, a.size))
+    if w.dtype.kind not in ("biuf" if kind == "bincount" else "iuf"):
         raise TypeError("cufold: weights of dtype %s are not supported" % w.dtype)
-    return w
-
-
-def _with_weights(a, weights, kinds, stream):
-    """Validated ``weights`` (or None), the launch stream, and the stream to
-    allocate outputs on (None: the library's current one)."""
-    w = _weights(weights, a.size, kinds)
-    handle = _arrays.stream_handle(a if w is None else (a, w), stream)
-    if w is not None:
-        _arrays.same_device((a, w), "x and weights")
-    return w, handle, (handle if stream is not None else None)
-
-
-def _device_minmax(a, handle, alloc_stream):
-    """(min, max) of ``a`` as host scalars: one device reduction, one synchronisation."""
-    from ..ops import minmax          # a reduction too once cufold.device is imported
-    _, buf = _arrays.empty(a, (2,), a.dtype, alloc_stream)
-    size = a.dtype.itemsize
-    minmax(a, out=(buf.view(a.dtype, (1,), 0), buf.view(a.dtype, (1,), size)), stream=handle)
-    host = to_host(buf, handle, a.device_id)
-    return host[0], host[1]
+    _arrays.same_device((a, w), "x and weights")
 
 
 def _dummy(device_id):
@@ -404,6 +604,8 @@ def _dummy(device_id):
 
 
 _dummies = {}
+_minmax_programs = _programs.Programs(1024)
+_count_programs = _programs.Programs(4096)
 
 
 def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
@@ -432,27 +634,28 @@ def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
         tensor([0.5000, 3.0000], device='cuda:0', dtype=torch.float64)
     """
     with _launch.nvtx_range("cufold.bincount"):
-        a = _input(x, "x")
-        if a.dtype.kind not in "biu":
-            raise TypeError("cufold: bincount takes integers; x has dtype %s (NumPy: cannot cast "
-                            "safely to int64)" % a.dtype)
+        a = _arrays.describe(x, "x")
+        w = None if weights is None else _arrays.describe(weights, "weights")
         minlength = operator.index(minlength)
         if minlength < 0:
             raise ValueError("cufold: minlength must be non-negative, got %d" % minlength)
-        n = a.size
-        w, handle, alloc_stream = _with_weights(a, weights, "biuf", stream)
+        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
+        alloc_stream = handle if stream is not None else None
         nbins = minlength
-        if n > 0:
-            lo, hi = _device_minmax(a, handle, alloc_stream)
+        if a.size > 0:
+            lo, hi = _device_minmax("bincount", a, w, handle, alloc_stream)
             if int(lo) < 0:
                 raise ValueError("cufold: bincount's x must have no negative elements (min is %d)"
                                  % int(lo))
             nbins = max(int(hi) + 1, minlength)
-        obj, out = _arrays.empty(a, (nbins,), np.float64 if w is not None else np.int64, alloc_stream)
-        if nbins > 0:
-            _count("int", a, w, n, out, nbins, _dummy(a.device_id), 0.0, 0.0, 0.0, 0.0, algorithm, handle,
-                   a.device_id)
-        return _arrays.to_library(obj, a)
+        key = ("int", nbins, _programs.signature(a), None if w is None else _programs.signature(w),
+               algorithm, handle, alloc_stream)
+
+        def plan():
+            _check_inputs("bincount", a, w)
+            return _plan_counts("int", a, w, nbins, None, False, algorithm, handle, alloc_stream)
+
+        return _count_programs.run(key, plan, *((a,) if w is None else (a, w)))
 
 
 # --- histogram edges ----------------------------------------------------------------------------------
@@ -465,6 +668,12 @@ def _range_key(range):
     return tuple((type(v).__name__, repr(v)) for v in range)
 
 
+def _upload(host_edges, device_id):
+    """A device copy of host array ``host_edges`` (an Arr; a synchronous upload)."""
+    with _launch._numba_device_ctx(device_id):
+        return _arrays.describe(cuda.to_device(host_edges), "edges")
+
+
 def _cached_edges(key, make_host_edges, device_id):
     """(host edges, device copy) of uniform edges for a (bins, range, dtype) seen
     before: NumPy computes them (``make_host_edges()``, ~20 us of host time) and the
@@ -473,38 +682,31 @@ def _cached_edges(key, make_host_edges, device_id):
     if got is not None:
         _EDGE_CACHE.move_to_end(key)
         return got
-    host_edges = np.ascontiguousarray(make_host_edges())
-    with _launch._numba_device_ctx(device_id):
-        got = host_edges, _arrays.describe(cuda.to_device(host_edges), "edges")     # synchronous upload
-    _EDGE_CACHE[key] = got
+    host_edges = _checked_edges(make_host_edges())
+    got = _EDGE_CACHE[key] = host_edges, _upload(host_edges, device_id)
     if len(_EDGE_CACHE) > _EDGE_CACHE_SIZE:
         _EDGE_CACHE.popitem(last=False)
     return got
 
 
-def _upload(host, arr, handle):
-    """Copy host array ``host`` into device array ``arr`` on raw stream ``handle``."""
-    nb = _arrays.as_numba(arr)
-    if SIMULATOR:
-        nb.copy_to_device(host)
-        return
-    with _launch._numba_device_ctx(arr.device_id):
-        if not handle:
-            nb.copy_to_device(host)
-        else:
-            nb.copy_to_device(host, stream=cuda.external_stream(handle))
+def _checked_edges(host_edges):
+    host_edges = np.ascontiguousarray(host_edges)
+    if host_edges.dtype.kind not in "iuf":
+        raise TypeError("cufold: bin edges of dtype %s are not supported" % host_edges.dtype)
+    return host_edges
 
 
-def _host_edges(bins, handle):
-    """An edge array given as ``bins``: a host sequence, or a device array (copied
-    to the host: one synchronisation)."""
-    if isinstance(bins, np.ndarray) or isinstance(bins, (list, tuple)):
-        return np.asarray(bins)
+def _numpy_edges(a, bins, range):
+    """NumPy's edges (and checks) for ``bins`` and ``range`` over no data of ``x``'s dtype."""
+    return _checked_edges(np.histogram_bin_edges(np.empty(0, a.dtype), bins=bins, range=range))
+
+
+def _bin_count(bins):
+    """``bins`` as an int, else NumPy's TypeError."""
     try:
-        e = _arrays.describe(bins, "bins")
+        return operator.index(bins)
     except TypeError:
-        return np.asarray(bins)
-    return to_host(e, handle)
+        raise TypeError("`bins` must be an integer, a string, or an array") from None
 
 
 def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=None):  # noqa: A002
@@ -525,12 +727,15 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
 
     Returns ``(counts, edges)``: counts int64 (or the weights' dtype) and the
     edges in NumPy's dtype (the input's float dtype, float64 for integers, the
-    given edges' dtype), both device arrays of ``x``'s library. Without
-    ``range=`` (and with ``bins`` an int) **the host synchronises once** to read
-    ``min(x)`` and ``max(x)``, and a non-finite extreme (NaN, inf) raises
-    ValueError as in NumPy. NumPy's estimators (``bins='auto'``...) are not
-    supported. The bins are NumPy's exactly, also for values on an edge
-    (except where rounding the edges to a float16 input makes two edges equal).
+    given edges' dtype), both new device arrays of ``x``'s library. With
+    ``range=`` (or a host sequence of edges) the host is not synchronised.
+    Without ``range=`` (and with ``bins`` an int) **the host synchronises once**
+    to read ``min(x)`` and ``max(x)``, and a non-finite extreme (NaN, inf)
+    raises ValueError as in NumPy; edges given as a device array are read once
+    (one synchronisation: NumPy checks that they increase). NumPy's estimators
+    (``bins='auto'``...) are not supported. The bins are NumPy's exactly, also
+    for values on an edge (except where rounding the edges to a float16 input
+    makes two edges equal).
 
     Example::
 
@@ -539,49 +744,78 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
         (array([1, 2, 1]), array([0., 1., 2., 3.]))
     """
     with _launch.nvtx_range("cufold.histogram"):
-        a = _input(x, "x")
-        if a.dtype.kind not in "iuf":
-            raise TypeError("cufold: histogram takes integers or floats; x has dtype %s" % a.dtype)
-        n = a.size
-        w, handle, alloc_stream = _with_weights(a, weights, "iuf", stream)
-        if isinstance(bins, str):
-            raise TypeError("cufold: histogram's bins must be an integer or an array of edges; "
-                            "NumPy's estimators (%r) are not supported" % bins)
-        probe = np.empty(0, a.dtype)
-        edges = None
-        if np.ndim(bins) == 0:
-            mode = "uniform"
-            if range is None and n > 0:
-                lo, hi = _device_minmax(a, handle, alloc_stream)
+        a = _arrays.describe(x, "x")
+        w = None if weights is None else _arrays.describe(weights, "weights")
+        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
+        alloc_stream = handle if stream is not None else None
+        inputs = (a,) if w is None else (a, w)
+        sig = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
+               alloc_stream)
+        if bins.__class__ is not int:
+            if isinstance(bins, str):
+                raise TypeError("cufold: histogram's bins must be an integer or an array of edges; "
+                                "NumPy's estimators (%r) are not supported" % bins)
+            if np.ndim(bins) != 0:
+                return _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_stream)
+        if range is None:
+            nbins = _bin_count(bins)
+            if a.size > 0:
+                # NumPy's range is the data's: read it (the sync), then edges as for a range.
+                lo, hi = _device_minmax("histogram", a, w, handle, alloc_stream)
                 probe = np.array([lo, hi], a.dtype)
-            if range is not None:
-                key = (operator.index(bins), _range_key(range), a.dtype.str, a.device_id)
-                host_edges, edges = _cached_edges(
-                    key, lambda: np.histogram_bin_edges(probe, bins=bins, range=range), a.device_id)
-            else:
-                host_edges = np.histogram_bin_edges(probe, bins=bins, range=range)
+                _, edges = _cached_edges((nbins, ("data", probe.tobytes()), a.dtype.str, a.device_id),
+                                         lambda: np.histogram_bin_edges(probe, bins=bins), a.device_id)
+                return _with_edges(a, w, "uniform", edges, inputs, sig, algorithm, handle, alloc_stream)
+            range = (0, 1)                  # NumPy's range for no data
         else:
-            mode = "edges"
-            host_edges = np.histogram_bin_edges(probe, bins=_host_edges(bins, handle), range=range)
-        host_edges = np.ascontiguousarray(host_edges)
-        if host_edges.dtype.kind not in "iuf":
-            raise TypeError("cufold: bin edges of dtype %s are not supported" % host_edges.dtype)
-        nbins = host_edges.size - 1
-        edges_obj, edges_out = _arrays.empty(a, (nbins + 1,), host_edges.dtype, alloc_stream)
-        if edges is not None:
-            _copy(edges, edges_out, nbins + 1, handle)
-        else:
-            _upload(host_edges, edges_out, handle)
-            edges = edges_out
-        first, last = float(host_edges[0]), float(host_edges[-1])
-        norm = nbins / (last - first) if last > first else 0.0
-        out_dt = np.dtype(np.int64) if w is None else w.dtype
-        counts_obj, counts = _arrays.empty(a, (nbins,), out_dt, alloc_stream)
-        acc = counts
-        if w is not None and out_dt != np.float64:                      # float64, then converted
-            _, acc = _arrays.empty(a, (nbins,), np.float64, alloc_stream)
-        _count(mode, a, w, n, acc, nbins, edges, first, norm, first, last, algorithm, handle,
-               a.device_id)
-        if acc is not counts:
-            _copy(acc, counts, nbins, handle)
-        return _arrays.to_library(counts_obj, a), _arrays.to_library(edges_obj, a)
+            nbins = operator.index(bins)
+        key = ("uniform", nbins, _range_key(range), sig)
+
+        def plan():
+            _check_inputs("histogram", a, w)
+            _, edges = _cached_edges((nbins, _range_key(range), a.dtype.str, a.device_id),
+                                     lambda: np.histogram_bin_edges(np.empty(0, a.dtype), bins=bins, range=range),
+                                     a.device_id)
+            return _plan_counts("uniform", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
+
+        return _count_programs.run(key, plan, *inputs)
+
+
+def _with_edges(a, w, mode, edges, inputs, sig, algorithm, handle, alloc_stream):
+    """``(counts, edges)`` by device edges ``edges`` (an Arr) given to a Program
+    of their layout (not of their values) on this call."""
+    key = (mode, "edges given", _programs.signature(edges), sig)
+
+    def plan():
+        _check_inputs("histogram", a, w)
+        return _plan_counts(mode, a, w, edges.size - 1, edges, True, algorithm, handle, alloc_stream)
+
+    return _count_programs.run(key, plan, *inputs, edges)
+
+
+def _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_stream):
+    """``(counts, edges)`` for ``bins`` an array of edges: a host sequence (its
+    values key the Program up to KEYED_EDGES edges) or a device array (read once to
+    check it as NumPy does: a synchronisation; then the kernels read it)."""
+    try:
+        given = None if isinstance(bins, (np.ndarray, list, tuple)) else _arrays.describe(bins, "bins")
+    except TypeError:
+        given = None
+    if given is not None:
+        host = read_to_host(given, handle) if given.c_contiguous else to_host(given, handle)    # the sync
+        host_edges = _numpy_edges(a, host, range)
+        if given.device_id != a.device_id:
+            given = _upload(host_edges, a.device_id)
+        return _with_edges(a, w, "edges", given, inputs, sig, algorithm, handle, alloc_stream)
+    values = np.asarray(bins)
+    if values.size > KEYED_EDGES:
+        return _with_edges(a, w, "edges", _upload(_numpy_edges(a, values, range), a.device_id), inputs, sig,
+                           algorithm, handle, alloc_stream)
+    key = ("edges", values.dtype.str, values.shape, values.tobytes(), sig)
+
+    def plan():
+        _check_inputs("histogram", a, w)
+        edges = _upload(_numpy_edges(a, values, range), a.device_id)
+        return _plan_counts("edges", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
+
+    return _count_programs.run(key, plan, *inputs)
