@@ -338,8 +338,8 @@ def test_synchronisations(rng, monkeypatch):
 
     device_array_type = type(dev(np.zeros(1)))
     monkeypatch.setattr(device_array_type, "copy_to_host", counted(device_array_type.copy_to_host))
-    monkeypatch.setattr(H, "read_to_host", counted(H.read_to_host))
-    monkeypatch.setattr(H, "to_host", counted(H.to_host))
+    from cufold.host import readback
+    monkeypatch.setattr(readback, "read_to_host", counted(readback.read_to_host))
     x = dev(rng.random(N).astype(np.float32))
     k = dev(rng.integers(0, 50, N).astype(np.int16))
     w = dev(rng.random(N))

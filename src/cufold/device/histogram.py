@@ -81,7 +81,8 @@ from ..values import ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from ..host import types as _types
 from . import reduce as _reduce
-from .segmented import sm_count, to_host
+from ..host.launch import sm_count
+from ..host import readback as _readback
 
 __all__ = ["histogram", "bincount", "ALGORITHMS"]
 
@@ -331,109 +332,6 @@ def copy_kernel(src_dtype, dst_dtype):
     return copy
 
 
-# --- host side: reading a few bytes back -----------------------------------------------------------
-
-_PINNED_BYTES = 4096
-_CU_MEMHOSTALLOC_PORTABLE = 1
-
-
-class _ReadCalls:
-    """The driver calls of :func:`read_to_host` (ctypes, bound on first use)."""
-
-    def __init__(self):
-        self.drv = drv = _launch._driver()
-        c_void_p, c_size_t = ctypes.c_void_p, ctypes.c_size_t
-        self.copy = _launch._cfunc(drv.lib, "cuMemcpyDtoHAsync_v2",
-                                   [c_void_p, ctypes.c_uint64, c_size_t, c_void_p])
-        self.wait = _launch._cfunc(drv.lib, "cuStreamSynchronize", [c_void_p])
-        self.host_alloc = _launch._cfunc(drv.lib, "cuMemHostAlloc", [c_void_p, c_size_t, ctypes.c_uint])
-        self.host_free = _launch._cfunc(drv.lib, "cuMemFreeHost", [c_void_p])
-
-    def copy_and_wait(self, dst, src, nbytes, stream):
-        res = self.copy(dst, src, nbytes, stream)
-        return res if res != 0 else self.wait(stream)
-
-    def in_context(self, device_id, fn, *args):
-        """``fn(*args)`` with ``device_id``'s primary context current (pushed for the call)."""
-        drv, popped = self.drv, ctypes.c_void_p()
-        res = drv.ctx_push(_launch._primary_context(device_id))
-        if res != 0:
-            return res
-        try:
-            return fn(*args)
-        finally:
-            drv.ctx_pop(ctypes.addressof(popped))
-
-
-_read_calls = []
-
-
-def _calls():
-    if not _read_calls:
-        _read_calls.append(_ReadCalls())
-    return _read_calls[0]
-
-
-class _PinnedBuffer:
-    """Page-locked host memory (portable: pinned for every context), freed with its object."""
-
-    def __init__(self, calls, device_id, nbytes):
-        ptr = ctypes.c_void_p()
-        res = calls.in_context(device_id, calls.host_alloc, ctypes.addressof(ptr), nbytes,
-                               _CU_MEMHOSTALLOC_PORTABLE)
-        if res != 0:
-            raise RuntimeError("cufold: cuMemHostAlloc of %d bytes failed: %s"
-                               % (nbytes, calls.drv.error_name(res)))
-        self.calls, self.ptr = calls, ptr.value
-        self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.ptr))
-
-    def __del__(self):
-        try:
-            self.calls.host_free(self.ptr)
-        except Exception:           # the driver may be gone at exit
-            pass
-
-
-_landing = threading.local()        # this thread's _PinnedBuffer: concurrent reads never share one
-
-
-def read_to_host(arr, stream):
-    """A NumPy copy of the C-contiguous device array ``arr`` (an :class:`Arr`), read
-    after the work queued on raw stream ``stream``: **synchronises the host** (once).
-
-    One ``cuMemcpyDtoHAsync`` into this thread's page-locked buffer (into the new
-    NumPy array itself beyond 4 KiB) and one ``cuStreamSynchronize``: no Numba
-    stream or array objects per call. In the simulator, device memory is host
-    memory and kernels have already run: a plain copy."""
-    nbytes = arr.size * arr.itemsize
-    if SIMULATOR:
-        out = np.empty(arr.shape, arr.dtype)
-        if nbytes:
-            ctypes.memmove(out.ctypes.data, arr.ptr, nbytes)
-        return out
-    calls = _calls()
-    if nbytes <= _PINNED_BYTES:
-        pinned = getattr(_landing, "buffer", None)
-        if pinned is None:
-            pinned = _landing.buffer = _PinnedBuffer(calls, arr.device_id, _PINNED_BYTES)
-        out, dst = None, pinned.ptr
-    else:
-        out = np.empty(arr.shape, arr.dtype)
-        dst = out.ctypes.data
-    if calls.drv.check_ctx:         # several GPUs: the copy runs in the array's device's context
-        res = calls.in_context(arr.device_id, calls.copy_and_wait, dst, arr.ptr, nbytes, stream)
-    else:
-        res = calls.copy_and_wait(dst, arr.ptr, nbytes, stream)
-        if res in _launch._WRONG_CONTEXT:      # this thread has no context (or another) current
-            res = calls.in_context(arr.device_id, calls.copy_and_wait, dst, arr.ptr, nbytes, stream)
-    if res != 0:
-        raise RuntimeError("cufold: reading %d bytes back from the device failed: %s"
-                           % (nbytes, calls.drv.error_name(res)))
-    if out is None:
-        out = pinned.bytes[:nbytes].view(arr.dtype).reshape(arr.shape).copy()
-    return out
-
-
 # --- host side: Programs ------------------------------------------------------------------------------
 
 _FILL_THREADS = 32 if SIMULATOR else 256
@@ -537,14 +435,19 @@ def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, al
     return b.build(lambda got: (got[0], got[1]))
 
 
-def _plan_minmax(a, handle, alloc_stream):
-    """The Program ``(x) -> Arr``: ``[min(x), max(x)]`` in a new 2-element array
-    (``x`` not empty): ``cufold.minmax``'s reduction, one launch."""
+def _plan_minmax(key, a, w=None):
+    """The Program ``(x[, weights]) -> Arr``: ``[min(x), max(x)]`` in a new 2-element
+    array (``x`` not empty): ``cufold.minmax``'s reduction, one launch (the weights
+    are checked, not read)."""
+    kind, _, _, handle, alloc_stream = key
+    _check_inputs(kind, a, w)
     acc = _types.accumulate(a.dtype)
     in_vt, acc_vt, out_vt = ValueType.of(a.dtype), ValueType.of((acc, acc)), ValueType.of((a.dtype, a.dtype))
     minmax.check(acc_vt)
     b = _programs.Builder(a.device_id, handle, alloc_stream)
     xs = b.input(a)
+    if w is not None:
+        b.input(w)
     both = b.output(xs, (2,), a.dtype)
     outs = (both.view(a.dtype, (1,), 0), both.view(a.dtype, (1,), a.itemsize))
     p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, a.device_id, None, lift="pair").for_input(xs)
@@ -562,12 +465,7 @@ def _device_minmax(kind, a, w, handle, alloc_stream):
     read of the two values: **one synchronisation**. ``kind``'s checks of ``x`` and
     ``weights`` run when the Program is planned."""
     key = (kind, _programs.signature(a), None if w is None else _programs.signature(w), handle, alloc_stream)
-
-    def plan():
-        _check_inputs(kind, a, w)
-        return _plan_minmax(a, handle, alloc_stream)
-
-    both = read_to_host(_minmax_programs.run(key, plan, a), handle)       # the sync
+    both = _readback.read_to_host(_minmax_programs.run(key, *((a,) if w is None else (a, w))), handle)       # the sync
     return both[0], both[1]
 
 
@@ -604,8 +502,36 @@ def _dummy(device_id):
 
 
 _dummies = {}
-_minmax_programs = _programs.Programs(1024)
-_count_programs = _programs.Programs(4096)
+def _plan_count_key(key, *arrays):
+    """The Program of a bincount or histogram call signature ``key``: ``(kind,
+    ...plan data..., common)``, ``common`` = (x's and weights' signatures, algorithm,
+    stream, allocation stream); ``arrays``: x, the weights where given, then for
+    kind "given" the edges. Kinds: "int" (bincount; data: nbins), "uniform" (equal
+    bins over a range: nbins, the range's key, the range), "given" (device edges
+    laid out as the last array: the mode), "host" (edges given on the host: their
+    dtype, shape and bytes, the range)."""
+    kind, common = key[0], key[-1]
+    _, w_sig, algorithm, handle, alloc_stream = common
+    a, w = arrays[0], (arrays[1] if w_sig is not None else None)
+    _check_inputs("bincount" if kind == "int" else "histogram", a, w)
+    if kind == "int":
+        return _plan_counts("int", a, w, key[1], None, False, algorithm, handle, alloc_stream)
+    if kind == "uniform":
+        nbins, range_key, range = key[1:4]
+        _, edges = _cached_edges((nbins, range_key, a.dtype.str, a.device_id),
+                                 lambda: np.histogram_bin_edges(np.empty(0, a.dtype), bins=nbins, range=range),
+                                 a.device_id)
+        return _plan_counts("uniform", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
+    if kind == "given":
+        edges = arrays[-1]
+        return _plan_counts(key[1], a, w, edges.size - 1, edges, True, algorithm, handle, alloc_stream)
+    dtype, shape, data, range = key[1:5]
+    edges = _upload(_numpy_edges(a, np.frombuffer(data, dtype).reshape(shape), range), a.device_id)
+    return _plan_counts("edges", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
+
+
+_minmax_programs = _programs.Programs(_plan_minmax, 1024)
+_count_programs = _programs.Programs(_plan_count_key, 4096)
 
 
 def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
@@ -648,14 +574,9 @@ def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
                 raise ValueError("cufold: bincount's x must have no negative elements (min is %d)"
                                  % int(lo))
             nbins = max(int(hi) + 1, minlength)
-        key = ("int", nbins, _programs.signature(a), None if w is None else _programs.signature(w),
-               algorithm, handle, alloc_stream)
-
-        def plan():
-            _check_inputs("bincount", a, w)
-            return _plan_counts("int", a, w, nbins, None, False, algorithm, handle, alloc_stream)
-
-        return _count_programs.run(key, plan, *((a,) if w is None else (a, w)))
+        common = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
+                  alloc_stream)
+        return _count_programs.run(("int", nbins, common), *((a,) if w is None else (a, w)))
 
 
 # --- histogram edges ----------------------------------------------------------------------------------
@@ -769,28 +690,13 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
             range = (0, 1)                  # NumPy's range for no data
         else:
             nbins = operator.index(bins)
-        key = ("uniform", nbins, _range_key(range), sig)
-
-        def plan():
-            _check_inputs("histogram", a, w)
-            _, edges = _cached_edges((nbins, _range_key(range), a.dtype.str, a.device_id),
-                                     lambda: np.histogram_bin_edges(np.empty(0, a.dtype), bins=bins, range=range),
-                                     a.device_id)
-            return _plan_counts("uniform", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
-
-        return _count_programs.run(key, plan, *inputs)
+        return _count_programs.run(("uniform", nbins, _range_key(range), tuple(range), sig), *inputs)
 
 
 def _with_edges(a, w, mode, edges, inputs, sig, algorithm, handle, alloc_stream):
     """``(counts, edges)`` by device edges ``edges`` (an Arr) given to a Program
     of their layout (not of their values) on this call."""
-    key = (mode, "edges given", _programs.signature(edges), sig)
-
-    def plan():
-        _check_inputs("histogram", a, w)
-        return _plan_counts(mode, a, w, edges.size - 1, edges, True, algorithm, handle, alloc_stream)
-
-    return _count_programs.run(key, plan, *inputs, edges)
+    return _count_programs.run(("given", mode, _programs.signature(edges), sig), *inputs, edges)
 
 
 def _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_stream):
@@ -802,7 +708,7 @@ def _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_st
     except TypeError:
         given = None
     if given is not None:
-        host = read_to_host(given, handle) if given.c_contiguous else to_host(given, handle)    # the sync
+        host = _readback.read_to_host(given, handle)    # the sync
         host_edges = _numpy_edges(a, host, range)
         if given.device_id != a.device_id:
             given = _upload(host_edges, a.device_id)
@@ -811,11 +717,5 @@ def _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_st
     if values.size > KEYED_EDGES:
         return _with_edges(a, w, "edges", _upload(_numpy_edges(a, values, range), a.device_id), inputs, sig,
                            algorithm, handle, alloc_stream)
-    key = ("edges", values.dtype.str, values.shape, values.tobytes(), sig)
-
-    def plan():
-        _check_inputs("histogram", a, w)
-        edges = _upload(_numpy_edges(a, values, range), a.device_id)
-        return _plan_counts("edges", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
-
-    return _count_programs.run(key, plan, *inputs)
+    key = ("host", values.dtype.str, values.shape, values.tobytes(), None if range is None else tuple(range), sig)
+    return _count_programs.run(key, *inputs)

@@ -100,7 +100,7 @@ def tile_for(in_vt, acc_vt, lift="value", n=None, device_id=0):
 def _resident_blocks(device_id, nt):
     if config.ENABLE_CUDASIM:
         return 4
-    sms = cuda.gpus[device_id].MULTIPROCESSOR_COUNT
+    sms = _launch.sm_count(device_id)
     return sms * max(1, 2048 // nt)
 
 

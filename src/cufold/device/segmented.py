@@ -67,10 +67,11 @@ from .. import _codegen, block
 from ..ops import as_op, plus
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
-from ..host.launch import Tile, launch
+from ..host.launch import Tile, launch, sm_count
+from ..host import readback as _readback
 from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
 
-__all__ = ["segmented_reduce", "reduce_by_key", "tile_for", "to_host", "sm_count"]
+__all__ = ["segmented_reduce", "reduce_by_key", "tile_for"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -111,31 +112,6 @@ def _key_tile(n):
 
 
 @functools.lru_cache(maxsize=None)
-def sm_count(device_id):
-    """Multiprocessors of the device (4 in the simulator)."""
-    if SIMULATOR:
-        return 4
-    return cuda.gpus[device_id].MULTIPROCESSOR_COUNT
-
-
-# --- host <-> device helpers ------------------------------------------------------------------
-
-def to_host(arr, stream, device_id=None):
-    """Copy the device array ``arr`` (an :class:`~._arrays.Arr`) to a NumPy array,
-    ordered after the work queued on raw stream ``stream``; synchronises the host."""
-    nb = _arrays.as_numba(arr)
-    if SIMULATOR:
-        return nb.copy_to_host()
-    dev = arr.device_id if device_id is None else device_id
-    with _launch._numba_device_ctx(dev):
-        if not stream:
-            return nb.copy_to_host()
-        s = cuda.external_stream(stream)
-        host = nb.copy_to_host(stream=s)
-        s.synchronize()
-        return host
-
-
 # --- offsets --------------------------------------------------------------------------------
 
 @cuda.jit(device=True)
@@ -805,7 +781,7 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
             return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, 0,
                                  stream is not None), *karrs, *varrs)
         counts = _run_counts.run((ksig, handle), *karrs)
-        runs = int(to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
+        runs = int(_readback.read_to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
         return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, runs,
                              stream is not None), *karrs, counts, *varrs)
 

@@ -1147,6 +1147,14 @@ def get_kernel(key, factory, disk_key=None, **jit_options):
 # ---------------------------------------------------------------------------
 # compiling kernels for their arguments, launching them
 
+@functools.lru_cache(maxsize=None)
+def sm_count(device_id):
+    """Multiprocessors of GPU ``device_id`` (4 in the simulator): what grids are sized by."""
+    if SIMULATOR:
+        return 4
+    return cuda.gpus[device_id].MULTIPROCESSOR_COUNT
+
+
 #: A launch shape: threads per block (``nt``) and items per thread (``vt``).
 Tile = collections.namedtuple("Tile", "nt vt")
 
