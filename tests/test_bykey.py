@@ -182,9 +182,9 @@ def test_wide_index_path(algorithm, rng):
                 algorithm, False, True)
     p = p._replace(spec=p.spec._replace(wide=True))
     out = dev(np.zeros(m))
-    o, k, v = (BK._describe_1d(a, "x") for a in (out, dev(keys), dev(values)))
+    o, k, v = (BK._arrays.describe(a, "x") for a in (out, dev(keys), dev(values)))
     st, epoch = BK._status(o.device_id, 0, True)
-    BK.run(p, k, v, o, keys.size, m, st.kernel, epoch, 0)
+    BK.run(p, k, v, o, st.kernel, epoch, 0)
     np.testing.assert_array_equal(out.copy_to_host(), reference(np.add, np.zeros(m), keys, values))
     with pytest.raises(IndexError, match="key -3 at position 5"):
         BK._raise_errors(st, epoch, k, m, 0, o.device_id)
@@ -523,6 +523,135 @@ def test_exported():
     assert tuple(cufold.algorithms("reduce_by_key")) == ALGORITHMS
 
 
+# --- one Program per call signature --------------------------------------------------------------
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Programs built (a call that plans) from here on; the cache starts empty."""
+    BK._bykey_programs.clear()
+    made = []
+    real = BK._programs.Builder.build
+
+    def build(self, finish=None):
+        made.append(self)
+        return real(self, finish)
+    monkeypatch.setattr(BK._programs.Builder, "build", build)
+    return made
+
+
+PROGRAM_CASES = [("adaptive", False), ("block", False), ("sorted", False), (None, True)]
+
+
+@pytest.mark.parametrize("algorithm,deterministic", PROGRAM_CASES)
+def test_program_reused_per_signature(algorithm, deterministic, builds, rng):
+    """The first call of a signature plans its Program; later calls with new arrays and
+    data of that signature run it without planning, and are right. Another length is
+    another signature; forgetting the plans (new tuning) forgets the Programs."""
+    m = 37
+    for n, planned in ((300, 1), (300, 1), (300, 1), (301, 2)):
+        keys = rng.integers(0, m, n).astype(np.int32)
+        if algorithm == "sorted":
+            keys = np.sort(keys)
+        values = rng.standard_normal(n)
+        out = rng.standard_normal(m)
+        got = run(keys, values, out, algorithm=algorithm, deterministic=deterministic)
+        np.testing.assert_allclose(got, reference(np.add, out, keys, values), rtol=1e-12, atol=1e-12)
+        assert len(builds) == planned
+    BK.plan.cache_clear()
+    run(keys, values, out, algorithm=algorithm, deterministic=deterministic)
+    assert len(builds) == 3
+
+
+def test_program_keeps_no_array_alive(builds):
+    import gc
+    import weakref
+    keys, values, m = box("shifted", *SMALL)
+    arrays = [dev(keys), dev(values), dev(np.zeros(m))]
+    BK.reduce_by_key_into(*arrays, deterministic=True)
+    refs = [weakref.ref(a) for a in arrays]
+    del arrays
+    gc.collect()
+    assert len(builds) == 1 and all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_host_synchronisations(deterministic, monkeypatch, rng):
+    """check=False: no host synchronisation and no copy back, planning call or not;
+    check=True: exactly one synchronisation (and, with good keys, no copy)."""
+    syncs, copies = [], []
+    real_sync = BK._synchronize
+    monkeypatch.setattr(BK, "_synchronize", lambda *a: syncs.append(a) or real_sync(*a))
+    device_array = type(dev(np.zeros(1)))
+    real_copy = device_array.copy_to_host
+    monkeypatch.setattr(device_array, "copy_to_host",
+                        lambda self, *a, **kw: copies.append(self) or real_copy(self, *a, **kw))
+    m = 40
+    keys = dev(rng.integers(0, m, 500).astype(np.int32))         # any order (grouped first)
+    values = dev(rng.standard_normal(500))
+    for n in (500, 499):                                         # a new signature, then a planned one
+        for check, want in ((False, 0), (True, 1), (False, 0), (True, 1)):
+            del syncs[:], copies[:]
+            BK.reduce_by_key_into(keys[:n], values[:n], dev(np.zeros(m)), deterministic=deterministic,
+                                  check=check)
+            assert (len(syncs), len(copies)) == (want, 0), (n, check)
+
+
+@pytest.mark.parametrize("algorithm,deterministic", PROGRAM_CASES)
+def test_checked_program_reports_every_call(algorithm, deterministic, builds, rng):
+    """One checked Program, many calls: each call's epoch is its own, so a bad key is
+    reported by the call that has it (its position), and not by the calls after it."""
+    m, n = 30, 200
+    base = rng.integers(0, m, n).astype(np.int64)
+    if algorithm == "sorted":
+        base = np.sort(base)
+    values = dev(rng.standard_normal(n))
+    for bad_at in (None, None, 17, None, 150, 3, None):
+        keys = base.copy()
+        if bad_at is not None:
+            keys[bad_at] = m + bad_at
+        out = dev(np.zeros(m))
+        if bad_at is None:
+            BK.reduce_by_key_into(dev(keys), values, out, algorithm=algorithm, deterministic=deterministic)
+        else:
+            with pytest.raises(IndexError, match="key %d at position %d " % (m + bad_at, bad_at)):
+                BK.reduce_by_key_into(dev(keys), values, out, algorithm=algorithm, deterministic=deterministic)
+        want = reference(np.add, np.zeros(m), keys, values.copy_to_host())
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-12, atol=1e-12)
+    if algorithm == "sorted" and deterministic is False:
+        # the order check of algorithm='sorted', deterministic=True, after good calls
+        for swap in (False, True, False):
+            keys = base.copy()
+            if swap:
+                keys[[10, 190]] = keys[[190, 10]]
+            call = lambda: BK.reduce_by_key_into(dev(keys), values, dev(np.zeros(m)), algorithm="sorted",
+                                                 deterministic=True)
+            if swap:
+                with pytest.raises(ValueError, match="keys sorted"):
+                    call()
+            else:
+                call()
+    assert len(builds) == (2 if algorithm == "sorted" and deterministic is False else 1)
+
+
+def test_renewed_status_plans_again(builds):
+    """Epochs run out (EPOCH_LIMIT): the status of the stream is renewed, and the
+    Program that bound the old one is planned again (its guard), reporting through the
+    new one."""
+    keys, values, m = box("ordered", *SMALL)
+    dk, dv = dev(keys), dev(values)
+    BK.reduce_by_key_into(dk, dv, dev(np.zeros(m)))
+    old = BK._statuses[(0, 0)]
+    old.epoch = BK.EPOCH_LIMIT
+    BK.reduce_by_key_into(dk, dv, dev(np.zeros(m)))
+    new = BK._statuses[(0, 0)]
+    assert new is not old and new.epoch == 1 and len(builds) == 2
+    bad = keys.copy()
+    bad[9] = -1
+    with pytest.raises(IndexError, match="key -1 at position 9 "):
+        BK.reduce_by_key_into(dev(bad), dv, dev(np.zeros(m)))
+    assert new.flagged(new.epoch) and len(builds) == 2
+
+
 # --- GPU: sizes that matter --------------------------------------------------------------------------
 
 @gpu_only
@@ -725,7 +854,7 @@ for alg in ("runs", "runs2", "adaptive", "table"):
     for m in (1 << 20, 1 << 40):   # the int32 and the int64 (wide) index paths
         p = BK.plan(cufold.plus, np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.float64), m, 1 << 20,
                     0, alg, False, False)
-        BK.run(p, arr(np.int32), arr(np.float64), arr(np.float64), 1 << 20, m,
+        BK.run(p, arr(np.int32, 1 << 20), arr(np.float64, 1 << 20), arr(np.float64, m),
                (arr(np.int64, 2), arr(np.int64, 1)), 0, 0)
 print("CLZ", found)
 """

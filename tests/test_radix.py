@@ -99,6 +99,24 @@ def test_wide_sort_keys(rng):
     np.testing.assert_array_equal(gv, want_v)
 
 
+def test_one_program_per_signature(rng):
+    """A second grouping of the same signature runs the first one's Program, into new
+    arrays (the first results stay)."""
+    radix._groupings.clear()
+    n, m = 300, 100
+    results = []
+    for _ in range(2):
+        keys = rng.integers(0, m + 2, n).astype(np.int32)
+        values = rng.standard_normal(n)
+        k = _arrays.describe(cuda.to_device(keys), "keys")
+        v = _arrays.describe(cuda.to_device(values), "values")
+        results.append((radix.group_by_key(k, v, m, 0), expected(keys, values, m)))
+    assert len(radix._groupings) == 1
+    for (gk, gv), (want_k, want_v) in results:
+        np.testing.assert_array_equal(_arrays.as_numba(gk).copy_to_host(), want_k)
+        np.testing.assert_array_equal(_arrays.as_numba(gv).copy_to_host(), want_v)
+
+
 @gpu_only
 def test_large_input_three_passes(rng):
     n, m = 10_000_019, 1_000_000

@@ -197,8 +197,8 @@ def run_gpu(args):
 def compile_only(args):
     """Compile the variants (default types), or with ``--types`` every algorithm over a
     matrix of operators, key, value and output dtypes and the int64 index path, for
-    sm_90: the simulator never type-checks. Kernels go through ``bykey.run`` with a
-    launcher that compiles instead."""
+    sm_90: the simulator never type-checks. Kernels go through ``bykey.run`` (a Program)
+    with kernels that compile instead of binding a launch."""
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     from numba import cuda
 
@@ -207,8 +207,7 @@ def compile_only(args):
     import cufold
     from cufold.host import arrays as _arrays
     from cufold.device import bykey as BK
-    import importlib
-    R = importlib.import_module("cufold.device.reduce")
+    L = BK._launch
 
     def arr(dt, n=1 << 20):
         return _arrays.Arr(0x10000, (n,), (1,), np.dtype(dt), n, "numba", None, 0)
@@ -220,8 +219,14 @@ def compile_only(args):
     tmp = tempfile.mkdtemp(prefix="tune_bykey_")
     lines = []
 
-    def fake_launch(fn, key, grid, nt, stream, kargs):
-        sig = tuple(R._nbtype(a) for a in kargs)
+    class Compiled:
+        name = "compiled"
+
+        def bind(self, *args):
+            return lambda *new: None
+
+    def fake_kernel_for(fn, key, kargs):
+        sig = tuple(L._nbtype(a) for a in kargs)
         t0 = time.time()
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
         line = "%s compiled in %.1f s" % (key[0], time.time() - t0)
@@ -232,6 +237,7 @@ def compile_only(args):
         if ptxas and not args.types:
             line += " | " + sass_summary(ptx)
         lines.append(line)
+        return Compiled()
 
     def sass_summary(ptx):
         path = os.path.join(tmp, "k.ptx")
@@ -257,7 +263,7 @@ def compile_only(args):
                                      ("SHFL", r"\bSHFL\."), ("MATCH", r"\bMATCH\."), ("LDG", r"\bLDG\.")))
         return out
 
-    BK.launch = fake_launch
+    L.kernel_for = fake_kernel_for
 
     def compile_call(op, kd, vd, od, alg, check=False, wide=False, deterministic=False):
         n, m = 10 ** 7, 10 ** 6
@@ -266,7 +272,7 @@ def compile_only(args):
             p = p._replace(spec=p.spec._replace(wide=True))
         out = arr(od, m)
         status = (arr(np.int64, 2), arr(np.int64, 1))
-        BK.run(p, arr(kd, n), arr(vd, n), out, n, m, status, 1 if check else 0, 0)
+        BK.run(p, arr(kd, n), arr(vd, n), out, status, 1 if check else 0, 0)
         return p
 
     print("sm_90 (ptxas %s, nvdisasm %s)" % (ptxas or "not found", nvdisasm or "not found"))

@@ -100,6 +100,12 @@ kernels set only when they meet a bad key (``_Status``). With ``check=False`` th
 no synchronisation and bad keys are skipped silently (so a negative key can serve as
 "drop this element").
 
+Host side: a call runs one Program per signature (``cufold.host.programs``: the
+operator and options, the three arrays' layouts, the stream), planned on its first
+call: the grouping's passes, the launches and, with ``check=True``, the synchronisation
+and the flag's read after them. A later call describes its arrays and runs it; a
+checked call passes its epoch (``_status``) as the Program's one per-call value.
+
 Tuning: ``CUFOLD_BYKEY_TILE=NTxVT[xSLOTS]`` overrides threads per block, items per
 thread and shared-table slots (a power of two), ``CUFOLD_BYKEY_RUNS`` the run-head
 limit, ``CUFOLD_BYKEY_LOAD=cs|ca`` the inputs' cache hint (``GPU_TILES``, ``RUNS_MAX``,
@@ -118,9 +124,8 @@ from numba import config, cuda
 from .. import _codegen, block, warp
 from ..ops import Op, as_op, plus
 from ..values import ValueType
-from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from . import radix
-from ..host.launch import launch
 
 __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan", "tile_for"]
 
@@ -1148,7 +1153,7 @@ def sorted_kernel(spec, level0):
 
 # --- host side -----------------------------------------------------------------------------
 
-#: ``group``: sort the pairs by key first (``radix.group_by_key``), then run ``spec``.
+#: ``group``: sort the pairs by key first (``radix.group``), then run ``spec``.
 Plan = collections.namedtuple("Plan", "spec grid group")
 
 
@@ -1262,15 +1267,11 @@ def _status(device_id, stream, check):
 
 
 def _bits_view(a):
-    """An integer Arr over the same memory as float Arr ``a`` (same shape, strides)."""
-    dt = _BITS[a.itemsize]
-    v = _arrays.Arr(a.ptr, a.shape, a.strides, dt, a.size, "cai", None, a.device_id, a.stream)
-    if SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        v._nb = FakeCUDAArray(_arrays.as_numba(a)._ary.view(dt))
-    else:
-        v.obj = a.obj if a.obj is not None else a._base
-    return v
+    """An integer descriptor of the memory of float placeholder ``a`` (same shape and
+    strides): the words the compare-and-swap loop swaps. A view of a placeholder: the
+    Program writes its address on every call."""
+    return _arrays.Arr(a.ptr, a.shape, a.strides, _BITS[a.itemsize], a.size, a.library, None, a.device_id,
+                       a.stream)
 
 
 def _device_ctx(device_id):
@@ -1332,20 +1333,12 @@ def _raise_errors(st, epoch, keys, m, stream, device_id):
             "deterministic=False" % (pos, int(_element(keys, pos)), pos - 1, int(_element(keys, pos - 1))))
 
 
-def _describe_1d(x, name):
-    a = _arrays.describe(x, name)
+def _check_1d(a, name):
     if a.ndim != 1:
         raise ValueError("cufold: reduce_by_key_into takes 1-D arrays; %s has shape %s" % (name, a.shape))
-    return a
-
-
-_checked_types = {}
 
 
 def _check_types(key_dt, val_dt, out_dt):
-    k = (key_dt, val_dt, out_dt)
-    if k in _checked_types:
-        return
     if key_dt.kind not in "iu":
         raise TypeError("cufold: keys must have an integer dtype (signed or unsigned, any width); got %s"
                         % key_dt)
@@ -1355,7 +1348,21 @@ def _check_types(key_dt, val_dt, out_dt):
     if val_dt.kind not in "biuf" or not np.can_cast(val_dt, out_dt, casting="same_kind"):
         raise TypeError("cufold: values of dtype %s cannot be accumulated into out of dtype %s "
                         "(NumPy's same_kind casting rule)" % (val_dt, out_dt))
-    _checked_types[k] = True
+
+
+_bykey_programs = _programs.Programs(4096)
+
+# Tests and tools change the CUFOLD_BYKEY_* tuning between calls and then forget the
+# plans (plan.cache_clear()): the Programs built from them must go too.
+_forget_sizes = plan.cache_clear
+
+
+def _forget_plans():
+    _forget_sizes()
+    _bykey_programs.clear()
+
+
+plan.cache_clear = _forget_plans
 
 
 def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, deterministic=False,
@@ -1397,69 +1404,104 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         array([2., 4., 5.])
     """
     with _launch.nvtx_range("reduce_by_key_into"):
-        o = _describe_1d(out, "out")
-        k = _describe_1d(keys, "keys")
-        v = _describe_1d(values, "values")
-        if k.size != v.size:
-            raise ValueError("cufold: keys and values must be equally long; got %d and %d" % (k.size, v.size))
-        _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
-        _check_types(k.dtype, v.dtype, o.dtype)
-        op = as_op(op)
-        n, m = k.size, o.size
+        o = _arrays.describe(out, "out")
+        k = _arrays.describe(keys, "keys")
+        v = _arrays.describe(values, "values")
         handle = _arrays.stream_handle((o, k, v), stream)
-        p = plan(op, k.dtype, v.dtype, o.dtype, m, n, o.device_id, algorithm, bool(deterministic),
-                 bool(check))
-        if n == 0:
-            return out
-        st, epoch = _status(o.device_id, handle, bool(check))
-        run(p, k, v, o, n, m, st.kernel, epoch, handle, handle if stream is not None else None)
+        sig = _programs.signature
+        # no stream-ordered allocation (the Program allocates nothing): the handle is enough
+        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
+
+        def plan_call():
+            for a, name in ((o, "out"), (k, "keys"), (v, "values")):
+                _check_1d(a, name)
+            if k.size != v.size:
+                raise ValueError("cufold: keys and values must be equally long; got %d and %d"
+                                 % (k.size, v.size))
+            _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
+            _check_types(k.dtype, v.dtype, o.dtype)
+            return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle)
+
         if check:
-            _raise_errors(st, epoch, k, m, handle, o.device_id)
+            _bykey_programs.run(key, plan_call, k, v, o, _status(o.device_id, handle, True)[1])
+        else:
+            _bykey_programs.run(key, plan_call, k, v, o)
         return out
 
 
-def run(p, keys, values, out, n, m, status, epoch, stream, alloc_stream=None):
-    """Launch plan ``p`` on Arr descriptors (no checks); ``status``: ``_Status.kernel``;
-    ``alloc_stream``: where grouping allocates (None: the library's current stream)."""
+def _plan_program(op, keys, values, out, algorithm, deterministic, check, stream):
+    """The Program of a ``reduce_by_key_into`` signature, called with ``(keys, values,
+    out)`` and, when ``check``, the call's epoch (of ``_status``); then it synchronises
+    and raises for the bad keys the call's kernels recorded."""
+    m, device_id = out.size, out.device_id
+    p = plan(op, keys.dtype, values.dtype, out.dtype, m, keys.size, device_id, algorithm, deterministic, check)
+    st, _ = _status(device_id, stream, False)
+    b = _programs.Builder(device_id, stream)
+    ks, vs, os_ = b.input(keys), b.input(values), b.input(out)
+    epoch = b.value(np.int64(0)) if check else np.int64(0)     # 0: record nothing
+    if keys.size > 0:
+        _launches(b, p, ks, vs, os_, st.kernel, epoch)
+        if check:
+            # epochs are drawn from the current status: one renewed (EPOCH_LIMIT) is not st
+            where = (device_id, stream)
+            b.guard(lambda: _statuses.get(where) is st)
+            b.after(lambda arrays, values: _raise_errors(st, values[0], arrays[0], m, stream, device_id))
+    return b.build(lambda got: None)
+
+
+def _launches(b, p, keys, values, out, status, epoch):
+    """Add the launches of plan ``p`` on placeholders ``keys``, ``values``, ``out`` (``n >=
+    1`` pairs) to Program builder ``b``; ``status``: ``_Status.kernel``; ``epoch``:
+    ``np.int64`` (0: record nothing) or a per-call value of ``b``."""
     spec = p.spec
+    m = out.size
     bits = _bits_view(out) if spec.mode == "cas" and spec.out_dt.kind == "f" else out
     nt = spec.tile.nt
+    offset = 0                    # the workspace's free bytes start here
     if p.group:
         # bad keys are reported (by input position) while grouping; they sort last, as m
-        keys, values = radix.group_by_key(keys, values, m, stream, alloc_stream, status, epoch,
-                                              _record_out_of_range)
-        epoch = 0
-    n64, m64, e64 = np.int64(n), np.int64(m), np.int64(epoch)
+        keys, values, offset = radix.group(b, keys, values, m, 0, status=status, epoch=epoch,
+                                           on_bad=_record_out_of_range)
+        epoch = np.int64(0)
+    n64, m64 = np.int64(keys.size), np.int64(m)
     if spec.algorithm != "sorted":
-        launch(scatter_kernel(spec), ("bykey", spec), p.grid, nt, stream,
-               (keys, values, out, bits, n64, m64, status, e64))
+        b.launch(scatter_kernel(spec), ("bykey", spec), p.grid, nt,
+                 (keys, values, out, bits, n64, m64, status, epoch))
         return
     tile = nt * spec.tile.vt
     tiles = p.grid
     # Two ping-pong piece buffers of 2 * tiles entries each (int64 keys, values, uint8 flags).
     count = 2 * tiles
     per = [8, spec.out_dt.itemsize, 1]
-    sizes = [-(-count * b // 256) * 256 for b in per]
-    _, ws = _launch.workspace(out.device_id, stream, 2 * sum(sizes) if tiles > 1 else 256)
+    sizes = [-(-count * width // 256) * 256 for width in per]
+    _, ws = _launch.workspace(b.device_id, b.stream, offset + (2 * sum(sizes) if tiles > 1 else 256))
     bufs = []
-    offset = 0
     for _ in range(2 if tiles > 1 else 1):
         views = []
         for dt, size in zip((np.int64, spec.out_dt, np.uint8), sizes):
-            views.append(ws.view(dt, (max(count, 1),), offset) if tiles > 1 else ws.view(dt, (1,), 0))
+            views.append(ws.view(dt, (max(count, 1),), offset) if tiles > 1 else ws.view(dt, (1,), offset))
             offset += size if tiles > 1 else 0
         bufs.append(views)
     pk, pv, ph = bufs[0]
-    launch(sorted_kernel(spec, True), ("bykey-sorted0", spec), tiles, nt, stream,
-           (keys, values, ph, out, bits, n64, m64, status, e64, pk, pv, ph, np.bool_(tiles == 1)))
+    b.launch(sorted_kernel(spec, True), ("bykey-sorted0", spec), tiles, nt,
+             (keys, values, ph, out, bits, n64, m64, status, epoch, pk, pv, ph, np.bool_(tiles == 1)))
     level = 0
     length = count
     while tiles > 1:
         src = bufs[level % 2]
         dst = bufs[(level + 1) % 2]
         tiles = -(-length // tile)
-        launch(sorted_kernel(spec, False), ("bykey-sorted", spec), tiles, nt, stream,
-               (src[0], src[1], src[2], out, bits, np.int64(length), m64, status, np.int64(0),
-                dst[0], dst[1], dst[2], np.bool_(tiles == 1)))
+        b.launch(sorted_kernel(spec, False), ("bykey-sorted", spec), tiles, nt,
+                 (src[0], src[1], src[2], out, bits, np.int64(length), m64, status, np.int64(0),
+                  dst[0], dst[1], dst[2], np.bool_(tiles == 1)))
         length = 2 * tiles
         level += 1
+
+
+def run(p, keys, values, out, status, epoch, stream):
+    """Launch plan ``p`` once on Arr descriptors, with no checks and no error report (a
+    Program made for this call): for tests and tools that alter a plan by hand.
+    ``status``: ``_Status.kernel``; ``epoch``: 0 records nothing."""
+    b = _programs.Builder(out.device_id, stream)
+    _launches(b, p, b.input(keys), b.input(values), b.input(out), status, np.int64(epoch))
+    b.build(lambda got: None)(keys, values, out)

@@ -27,6 +27,12 @@ that small tests take several passes), in three launches:
    digit in shared memory, and written from there (consecutive threads, consecutive
    addresses within a digit's run).
 
+Host side: :func:`group` adds every pass's launches to a Program builder
+(:mod:`cufold.host.programs`; ``reduce_by_key_into`` runs the grouping and its reduction
+as one Program), with the counts, the scan's scratch and the ping-pong buffers carved
+from the per-stream workspace (their size is fixed by the signature); no allocation and
+no synchronisation per call. :func:`group_by_key` is the grouping alone, into new arrays.
+
 Passes: ``ceil(bits(m) / digit_bits)``, at least one (seed 001's 10^6 cells: 3). Cost
 per pass: the keys read twice, the values once, both written once; a 10^7-pair sort of
 int32 keys and float64 values moves ~0.28 GB a pass, 67 us at the H200's 4.2 TB/s.
@@ -48,11 +54,11 @@ from numba import config, cuda
 from .. import block, warp
 from ..ops import plus
 from ..values import ValueType
-from ..host import arrays as _arrays
+from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from . import scan
-from ..host.launch import Tile, launch
+from ..host.launch import Tile
 
-__all__ = ["group_by_key", "sort_key_dtype", "passes", "DIGIT_BITS", "TILE"]
+__all__ = ["group", "group_by_key", "sort_key_dtype", "passes", "pair_count", "DIGIT_BITS", "TILE"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 #: Bits sorted per pass.
@@ -245,15 +251,31 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
     return scatter
 
 
-def group_by_key(keys, values, m, stream, alloc_stream=None, status=None, epoch=0, on_bad=None,
-                 digit_bits=DIGIT_BITS, tile=TILE):
-    """Sort ``(keys, values)`` (1-D :class:`Arr` descriptors, ``n >= 1`` pairs) stably by
-    key, on ``stream``; returns ``(sorted keys, sorted values)``, new arrays of ``keys``'
-    library: keys as :func:`sort_key_dtype` of ``m`` (``m`` for every key outside
+def pair_count(m, digit_bits=DIGIT_BITS):
+    """Ping-pong (keys, values) buffers the passes write: one for one pass, else two."""
+    return min(passes(m, digit_bits), 2)
+
+
+def _align(nbytes):
+    return -(-nbytes // 256) * 256
+
+
+def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int64(0), on_bad=None,
+          digit_bits=DIGIT_BITS, tile=TILE):
+    """Add the stable grouping of ``(keys, values)`` by key (1-D placeholders of Program
+    builder ``b``, ``n >= 1`` pairs) to ``b``; returns ``(sorted keys, sorted values,
+    end)``: keys as :func:`sort_key_dtype` of ``m`` (``m`` for every key outside
     ``[0, m)``: they come last), values in their own dtype.
 
+    Scratch is carved from the per-(device, stream) workspace from byte ``offset`` (a
+    multiple of 256) on, up to byte ``end``: the digit counts, their scan's scratch,
+    and the ping-pong pairs unless ``buffers`` gives them (:func:`pair_count` pairs,
+    e.g. outputs of ``b``). Their size is fixed by the signature, so every call of the
+    Program reuses them, with no allocation.
+
     ``on_bad(status, epoch, i)`` (a device function; None: no report) is called by the
-    first pass for every bad key's input position ``i`` when ``epoch > 0``.
+    first pass for every bad key's input position ``i`` when ``epoch > 0`` (an
+    ``np.int64``, or a per-call value of ``b``).
 
     Example (keys in [0, 4)): keys ``[2, 0, 2, 1]``, values ``[a, b, c, d]`` ->
     ``[0, 1, 2, 2]``, ``[b, d, a, c]``.
@@ -266,28 +288,69 @@ def group_by_key(keys, values, m, stream, alloc_stream=None, status=None, epoch=
     radix = 1 << digit_bits
     slots = radix * tiles
     n_passes = passes(m, digit_bits)
-    _, counts = _arrays.empty(keys, (slots,), count_dt, alloc_stream)
-    buffers = [(_arrays.empty(keys, (n,), sk_dt, alloc_stream)[1],               # ping-pong
-                _arrays.empty(keys, (n,), values.dtype, alloc_stream)[1])
-               for _ in range(min(n_passes, 2))]
     cvt = ValueType.of(count_dt)
     scan_plan = scan._plan_for(plus, cvt, cvt, cvt, slots, "exclusive", None)
+    key_bytes = _align(n * sk_dt.itemsize)
+    pair_bytes = key_bytes + _align(n * values.dtype.itemsize)
+    counts_at = offset + (pair_count(m, digit_bits) * pair_bytes if buffers is None else 0)
+    scan_at = counts_at + _align(slots * count_dt.itemsize)
+    end = scan_at + _align(scan_plan.scratch)
+    _, ws = _launch.workspace(b.device_id, b.stream, end)
+    if buffers is None:
+        buffers = [(ws.view(sk_dt, (n,), offset + i * pair_bytes),
+                    ws.view(values.dtype, (n,), offset + i * pair_bytes + key_bytes))
+                   for i in range(pair_count(m, digit_bits))]
+    counts = ws.view(count_dt, (slots,), counts_at)
+    # The scan of the counts, the same launches every pass (in place, scratch after them).
+    if scan_plan.algorithm == "single_pass":
+        # the look-back state its launches bind (see segmented._run_segments)
+        look_back = scan.look_back_state(b.device_id, b.stream, scan_plan.tiles)
+    scan_launches = []
+    scan._launches(scan_plan, counts, counts, slots, b.stream, b.device_id, cvt.make(0), False, None, ws,
+                   scan_at, scan_launches)
     n64, m64, tiles64 = np.int64(n), np.int64(m), np.int64(tiles)
     if status is None or on_bad is None:
-        status, epoch, on_bad = counts, 0, _no_report     # nothing is recorded at epoch 0
+        status, epoch, on_bad = counts, np.int64(0), _no_report   # nothing is recorded at epoch 0
     src_k, src_v = keys, values
     for p in range(n_passes):
         first = p == 0
         key_dt = keys.dtype if first else sk_dt
         shift = np.int64(p * digit_bits)
         report = on_bad if first else _no_report
-        launch(count_kernel(key_dt, sk_dt, first, digit_bits, tile, report),
-               ("radix-count", key_dt, sk_dt, first, digit_bits, tile, _name(report)),
-               tiles, nt, stream, (src_k, n64, m64, shift, counts, tiles64, status, np.int64(epoch)))
-        scan.run(scan_plan, counts, counts, slots, stream, keys.device_id, 0, False)
+        b.launch(count_kernel(key_dt, sk_dt, first, digit_bits, tile, report),
+                 ("radix-count", key_dt, sk_dt, first, digit_bits, tile, _name(report)), tiles, nt,
+                 (src_k, n64, m64, shift, counts, tiles64, status, epoch if first else np.int64(0)))
+        for fn, key, grid, threads, args in scan_launches:
+            b.launch(fn, key, grid, threads, args)
+        if scan_plan.algorithm == "single_pass":
+            b.guard(lambda: look_back.fits(scan_plan.tiles))
         dst_k, dst_v = buffers[p % 2]
-        launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
-               ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
-               tiles, nt, stream, (src_k, src_v, n64, m64, shift, counts, tiles64, dst_k, dst_v))
+        b.launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
+                 ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
+                 tiles, nt, (src_k, src_v, n64, m64, shift, counts, tiles64, dst_k, dst_v))
         src_k, src_v = dst_k, dst_v
-    return src_k, src_v
+    return src_k, src_v, end
+
+
+_groupings = _programs.Programs(256)
+
+
+def group_by_key(keys, values, m, stream, alloc_stream=None, digit_bits=DIGIT_BITS, tile=TILE):
+    """Sort ``(keys, values)`` (1-D :class:`Arr` descriptors, ``n >= 1`` pairs) stably by
+    key, on raw stream ``stream``; returns ``(sorted keys, sorted values)``, new arrays
+    (Arrs) of ``keys``' library allocated on ``alloc_stream`` (a raw handle; None: the
+    library's current stream), as :func:`group` sorts them: one Program per signature.
+    """
+    key = (_programs.signature(keys), _programs.signature(values), m, stream, alloc_stream, digit_bits, tile)
+
+    def plan():
+        b = _programs.Builder(keys.device_id, stream, alloc_stream)
+        k, v = b.input(keys), b.input(values)
+        pairs = [(b.output(k, keys.size, sort_key_dtype(m)), b.output(k, keys.size, values.dtype))
+                 for _ in range(pair_count(m, digit_bits))]
+        group(b, k, v, m, 0, pairs, digit_bits=digit_bits, tile=tile)
+        last = 2 * ((passes(m, digit_bits) - 1) % 2)         # the pair the last pass wrote
+        return b.build(lambda got: (_arrays.describe(got[last], "keys"),
+                                    _arrays.describe(got[last + 1], "values")))
+
+    return _groupings.run(key, plan, keys, values)
