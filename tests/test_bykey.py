@@ -579,8 +579,9 @@ def test_host_synchronisations(deterministic, monkeypatch, rng):
     """check=False: no host synchronisation and no copy back, planning call or not;
     check=True: exactly one synchronisation (and, with good keys, no copy)."""
     syncs, copies = [], []
-    real_sync = BK._synchronize
-    monkeypatch.setattr(BK, "_synchronize", lambda *a: syncs.append(a) or real_sync(*a))
+    from cufold.host import readback
+    real_sync = readback.synchronize
+    monkeypatch.setattr(readback, "synchronize", lambda *a: syncs.append(a) or real_sync(*a))
     device_array = type(dev(np.zeros(1)))
     real_copy = device_array.copy_to_host
     monkeypatch.setattr(device_array, "copy_to_host",

@@ -125,6 +125,7 @@ from .. import _codegen, block, warp
 from ..ops import Op, as_op, plus
 from ..values import ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
+from ..host import readback as _readback
 from . import radix
 
 __all__ = ["reduce_by_key_into", "ALGORITHMS", "AUTO", "AUTO_NO_IDENTITY", "plan", "tile_for"]
@@ -1280,33 +1281,6 @@ def _device_ctx(device_id):
     return _arrays._numba_ctx(device_id) or contextlib.nullcontext()
 
 
-_driver = []
-
-
-def _synchronize(stream, device_id):
-    """Wait for ``stream`` (a raw handle; 0: the legacy default stream): through
-    cuda.bindings when importable (a Numba stream object per call costs more)."""
-    if SIMULATOR:
-        return
-    if not _driver:
-        try:
-            from cuda.bindings import driver as cbd
-            _driver.append(cbd)
-        except Exception:  # pragma: no cover - older stacks
-            _driver.append(None)
-    cbd = _driver[0]
-    with _device_ctx(device_id):
-        if cbd is not None:
-            try:
-                (err,) = cbd.cuStreamSynchronize(cbd.CUstream(stream or 0))
-                if int(err) == 0:
-                    return
-            except Exception:  # pragma: no cover - fall back to Numba's stream below
-                pass
-        s = cuda.external_stream(stream) if stream else cuda.legacy_default_stream()
-        s.synchronize()
-
-
 def _element(a, i):
     with _device_ctx(a.device_id):
         return _arrays.as_numba(a)[int(i)]
@@ -1314,7 +1288,7 @@ def _element(a, i):
 
 def _raise_errors(st, epoch, keys, m, stream, device_id):
     """After a checked call: synchronise; raise for the first bad key it recorded."""
-    _synchronize(stream, device_id)
+    _readback.synchronize(stream, device_id)
     if not st.flagged(epoch):
         return
     with _device_ctx(device_id):
@@ -1350,7 +1324,19 @@ def _check_types(key_dt, val_dt, out_dt):
                         "(NumPy's same_kind casting rule)" % (val_dt, out_dt))
 
 
-_bykey_programs = _programs.Programs(4096)
+def _plan_key(key, k, v, o, *epoch):
+    """The Program of ``reduce_by_key_into`` call signature ``key`` (the arrays' checks first)."""
+    op, algorithm, deterministic, check, _, _, _, handle = key
+    for a, name in ((o, "out"), (k, "keys"), (v, "values")):
+        _check_1d(a, name)
+    if k.size != v.size:
+        raise ValueError("cufold: keys and values must be equally long; got %d and %d" % (k.size, v.size))
+    _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
+    _check_types(k.dtype, v.dtype, o.dtype)
+    return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle)
+
+
+_bykey_programs = _programs.Programs(_plan_key, 4096)
 
 # Tests and tools change the CUFOLD_BYKEY_* tuning between calls and then forget the
 # plans (plan.cache_clear()): the Programs built from them must go too.
@@ -1411,21 +1397,10 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         sig = _programs.signature
         # no stream-ordered allocation (the Program allocates nothing): the handle is enough
         key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
-
-        def plan_call():
-            for a, name in ((o, "out"), (k, "keys"), (v, "values")):
-                _check_1d(a, name)
-            if k.size != v.size:
-                raise ValueError("cufold: keys and values must be equally long; got %d and %d"
-                                 % (k.size, v.size))
-            _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
-            _check_types(k.dtype, v.dtype, o.dtype)
-            return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle)
-
         if check:
-            _bykey_programs.run(key, plan_call, k, v, o, _status(o.device_id, handle, True)[1])
+            _bykey_programs.run(key, k, v, o, _status(o.device_id, handle, True)[1])
         else:
-            _bykey_programs.run(key, plan_call, k, v, o)
+            _bykey_programs.run(key, k, v, o)
         return out
 
 
@@ -1460,8 +1435,8 @@ def _launches(b, p, keys, values, out, status, epoch):
     offset = 0                    # the workspace's free bytes start here
     if p.group:
         # bad keys are reported (by input position) while grouping; they sort last, as m
-        keys, values, offset = radix.group(b, keys, values, m, 0, status=status, epoch=epoch,
-                                           on_bad=_record_out_of_range)
+        keys, values, offset = radix.group(b, keys, values, m, 0, radix.group_buffers(b, keys, values, m),
+                                           status=status, epoch=epoch, on_bad=_record_out_of_range)
         epoch = np.int64(0)
     n64, m64 = np.int64(keys.size), np.int64(m)
     if spec.algorithm != "sorted":

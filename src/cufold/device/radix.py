@@ -29,9 +29,10 @@ that small tests take several passes), in three launches:
 
 Host side: :func:`group` adds every pass's launches to a Program builder
 (:mod:`cufold.host.programs`; ``reduce_by_key_into`` runs the grouping and its reduction
-as one Program), with the counts, the scan's scratch and the ping-pong buffers carved
-from the per-stream workspace (their size is fixed by the signature); no allocation and
-no synchronisation per call. :func:`group_by_key` is the grouping alone, into new arrays.
+as one Program), with the counts and the scan's scratch carved from the per-stream workspace (their size is
+fixed by the signature) and the ping-pong buffers new arrays of the caller's library each
+call (:func:`group_buffers`: its allocator reuses them; cufold keeps no n-sized memory);
+no synchronisation. :func:`group_by_key` is the grouping alone, into new arrays.
 
 Passes: ``ceil(bits(m) / digit_bits)``, at least one (seed 001's 10^6 cells: 3). Cost
 per pass: the keys read twice, the values once, both written once; a 10^7-pair sort of
@@ -301,13 +302,6 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
                     ws.view(values.dtype, (n,), offset + i * pair_bytes + key_bytes))
                    for i in range(pair_count(m, digit_bits))]
     counts = ws.view(count_dt, (slots,), counts_at)
-    # The scan of the counts, the same launches every pass (in place, scratch after them).
-    if scan_plan.algorithm == "single_pass":
-        # the look-back state its launches bind (see segmented._run_segments)
-        look_back = scan.look_back_state(b.device_id, b.stream, scan_plan.tiles)
-    scan_launches = []
-    scan._launches(scan_plan, counts, counts, slots, b.stream, b.device_id, cvt.make(0), False, None, ws,
-                   scan_at, scan_launches)
     n64, m64, tiles64 = np.int64(n), np.int64(m), np.int64(tiles)
     if status is None or on_bad is None:
         status, epoch, on_bad = counts, np.int64(0), _no_report   # nothing is recorded at epoch 0
@@ -320,10 +314,8 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
         b.launch(count_kernel(key_dt, sk_dt, first, digit_bits, tile, report),
                  ("radix-count", key_dt, sk_dt, first, digit_bits, tile, _name(report)), tiles, nt,
                  (src_k, n64, m64, shift, counts, tiles64, status, epoch if first else np.int64(0)))
-        for fn, key, grid, threads, args in scan_launches:
-            b.launch(fn, key, grid, threads, args)
-        if scan_plan.algorithm == "single_pass":
-            b.guard(lambda: look_back.fits(scan_plan.tiles))
+        # the scan of the counts, in place (its scratch after them)
+        scan.add_launches(b, scan_plan, counts, counts, slots, 0, False, scratch=(ws, scan_at))
         dst_k, dst_v = buffers[p % 2]
         b.launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
                  ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
@@ -332,7 +324,26 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     return src_k, src_v, end
 
 
-_groupings = _programs.Programs(256)
+def _plan_grouping(key, keys, values):
+    """The Program of :func:`group_by_key` for call signature ``key``."""
+    _, _, m, stream, alloc_stream, digit_bits, tile = key
+    b = _programs.Builder(keys.device_id, stream, alloc_stream)
+    k, v = b.input(keys), b.input(values)
+    pairs = group_buffers(b, k, v, m, digit_bits)
+    group(b, k, v, m, 0, pairs, digit_bits=digit_bits, tile=tile)
+    last = 2 * ((passes(m, digit_bits) - 1) % 2)         # the pair the last pass wrote
+    return b.build(lambda got: (_arrays.describe(got[last], "keys"), _arrays.describe(got[last + 1], "values")))
+
+
+def group_buffers(b, keys, values, m, digit_bits=DIGIT_BITS):
+    """The ping-pong (keys, values) pairs of :func:`group` as new arrays of each call
+    (outputs of builder ``b``, like placeholder ``keys``): memory of the caller's library,
+    which its allocator reuses, not kept by cufold between calls."""
+    return [(b.output(keys, keys.size, sort_key_dtype(m)), b.output(keys, keys.size, values.dtype))
+            for _ in range(pair_count(m, digit_bits))]
+
+
+_groupings = _programs.Programs(_plan_grouping, 256)
 
 
 def group_by_key(keys, values, m, stream, alloc_stream=None, digit_bits=DIGIT_BITS, tile=TILE):
@@ -342,15 +353,4 @@ def group_by_key(keys, values, m, stream, alloc_stream=None, digit_bits=DIGIT_BI
     library's current stream), as :func:`group` sorts them: one Program per signature.
     """
     key = (_programs.signature(keys), _programs.signature(values), m, stream, alloc_stream, digit_bits, tile)
-
-    def plan():
-        b = _programs.Builder(keys.device_id, stream, alloc_stream)
-        k, v = b.input(keys), b.input(values)
-        pairs = [(b.output(k, keys.size, sort_key_dtype(m)), b.output(k, keys.size, values.dtype))
-                 for _ in range(pair_count(m, digit_bits))]
-        group(b, k, v, m, 0, pairs, digit_bits=digit_bits, tile=tile)
-        last = 2 * ((passes(m, digit_bits) - 1) % 2)         # the pair the last pass wrote
-        return b.build(lambda got: (_arrays.describe(got[last], "keys"),
-                                    _arrays.describe(got[last + 1], "values")))
-
-    return _groupings.run(key, plan, keys, values)
+    return _groupings.run(key, keys, values)

@@ -1058,14 +1058,16 @@ def look_back_state(device_id, stream, tiles):
     return st
 
 
-def add_launches(b, p, xs, outs, n, init, has_init, totals=None):
+def add_launches(b, p, xs, outs, n, init, has_init, totals=None, scratch=None):
     """Add a plan's launches, in order, to Program builder ``b`` (``host.programs``).
     ``xs``/``outs``: the input and output Arr(s) (``outs`` may be ``xs``); ``init``:
     a host value of the accumulator type (an exclusive scan's first value; ignored
     by inclusive scans); ``totals``: 1-element Arr(s) of the result type to receive
-    the total, or None."""
-    _, ws = _launch.workspace(b.device_id, b.stream, p.scratch)
-    _add_launches(b, p, xs, outs, n, p.spec.acc_vt.make(init), bool(has_init), totals, ws, 0)
+    the total, or None; ``scratch``: ``(workspace, byte offset)`` of ``p.scratch``
+    bytes to use (default: the start of the stream's workspace)."""
+    if scratch is None:
+        scratch = (_launch.workspace(b.device_id, b.stream, p.scratch)[1], 0)
+    _add_launches(b, p, xs, outs, n, p.spec.acc_vt.make(init), bool(has_init), totals, *scratch)
 
 
 def run(p, xs, outs, n, stream, device_id, init, has_init, totals=None):
