@@ -2,8 +2,7 @@
 
 ``reps`` back-to-back calls between two CUDA events, queued behind a ``torch.cuda._sleep``
 so the host enqueues the whole batch before the GPU reaches it (GPU time, not the host's);
-the median of ``batches`` batches, in microseconds per call. Used by tune_bykey,
-hist_rates and partition_proto.
+the median of ``batches`` batches, in microseconds per call. Used by tune_bykey.
 """
 import statistics
 

@@ -18,12 +18,16 @@ import cufold  # noqa: E402
 import importlib  # noqa: E402
 from cufold.host import arrays as _arrays  # noqa: E402
 R = importlib.import_module("cufold.device.reduce")  # the module (cufold.device.reduce is the function)
+L = importlib.import_module("cufold.host.launch")
+P = importlib.import_module("cufold.host.programs")
 from cufold.values import ValueType  # noqa: E402
 
 compiled = {}
 
 
 class _Compiled:
+    name = "ptx-only"
+
     def launch(self, *args):
         pass
 
@@ -32,7 +36,7 @@ class _Compiled:
 
 
 def fake_kernel_for(fn, key, args):
-    sig = tuple(R._nbtype(a) for a in args)
+    sig = tuple(L._nbtype(a) for a in args)
     k = (key, sig)
     if k not in compiled:
         t = time.time()
@@ -41,7 +45,7 @@ def fake_kernel_for(fn, key, args):
     return _Compiled()
 
 
-R.kernel_for = fake_kernel_for
+L.kernel_for = fake_kernel_for     # the one compile point of every launch (Programs too)
 
 
 def arr(dtype, n=1000):
@@ -51,7 +55,7 @@ def arr(dtype, n=1000):
 
 R._workspace = lambda dev, stream, vt, count: (
     tuple(arr(f, count) for f in vt.fields) if vt.is_tuple else arr(vt.dtype, count), arr(np.uint32, 1))
-R._copy_partials = lambda dev, stream, vt, partials, count: partials
+R._copy_partials = lambda b, vt, partials, count: partials
 R._resident_blocks = lambda dev, nt: 1056
 
 
@@ -65,7 +69,7 @@ def check(op, in_dt, acc, out, lift="value", project="value", algorithms=R.ALGOR
             continue
         xs = tuple(arr(f, n) for f in in_vt.fields) if in_vt.is_tuple else arr(in_vt.dtype, n)
         outs = tuple(arr(f, 1) for f in out_vt.fields) if out_vt.is_tuple else arr(out_vt.dtype, 1)
-        R.run(p, xs, n, outs, 0, 0, None)
+        R.run(P.Builder(0, 0), p, xs, n, outs, None)
         print("  ok   %-12s %s -> %s (%s)" % (alg, in_vt, out_vt, op.name))
 
 
@@ -88,13 +92,13 @@ for lift, op, in_dt, acc, out, project in [("value", cufold.plus, np.float32, np
                                           ("index", cufold.argmax, np.float32, (np.float32, np.int64), np.int64, "index"),
                                           ("welford", cufold.welford, np.float32, (np.float64,) * 3, np.float32, "var")]:
     in_vt, acc_vt, out_vt = ValueType.of(in_dt), ValueType.of(acc), ValueType.of(out)
-    spec = R.Spec(op, in_vt, acc_vt, out_vt, lift, project, 0, R.Tile(256, 16), "final", "warp", False)
+    spec = R.Spec(op, in_vt, acc_vt, out_vt, lift, project, 0, L.Tile(256, 16), "final", "warp", False)
     for kind in ("columns", "rows"):
         for nk, nr in ((1, 1), (2, 1), (1, 2)):
             fn = A.axis_kernel(spec, kind, nk, nr)
             ut = lambda k: nbt.UniTuple(nbt.int64, k)
-            sig = (R._nbtype(arr(in_dt)), nbt.int64, nbt.int64, nbt.int64, ut(nk), ut(nk), ut(nr), ut(nr),
-                   R._nbtype(arr(out_vt.dtype)), acc_vt.numba_type, nbt.boolean)
+            sig = (L._nbtype(arr(in_dt)), nbt.int64, nbt.int64, nbt.int64, ut(nk), ut(nk), ut(nr), ut(nr),
+                   L._nbtype(arr(out_vt.dtype)), acc_vt.numba_type, nbt.boolean)
             cuda.compile_ptx(fn, sig, cc=(9, 0))
             print("  ok   axis %-8s keep=%d red=%d %s" % (kind, nk, nr, op.name))
 print("all kernels compiled in %.1f s" % (time.time() - t0))
@@ -102,19 +106,19 @@ print("all kernels compiled in %.1f s" % (time.time() - t0))
 # The radix grouping of reduce_by_key_into(deterministic=True): both kernels, both passes.
 X = importlib.import_module("cufold.device.radix")
 BK = importlib.import_module("cufold.device.bykey")
-status = nbt.Tuple((R._nbtype(arr(np.int64)), R._nbtype(arr(np.int64))))
+status = nbt.Tuple((L._nbtype(arr(np.int64)), L._nbtype(arr(np.int64))))
 for key_dt, m in ((np.int32, 10**6), (np.int64, 2**33)):
     sk = X.sort_key_dtype(m)
     for first in (True, False):
         kd = np.dtype(key_dt) if first else sk
         on_bad = BK._record_out_of_range if first else None
         fn = X.count_kernel(np.dtype(kd), sk, first, 8, X.TILE, on_bad)
-        sig = (R._nbtype(arr(kd)), nbt.int64, nbt.int64, nbt.int64, R._nbtype(arr(np.int32)), nbt.int64,
+        sig = (L._nbtype(arr(kd)), nbt.int64, nbt.int64, nbt.int64, L._nbtype(arr(np.int32)), nbt.int64,
                status, nbt.int64)
         cuda.compile_ptx(fn, sig, cc=(9, 0))
         fn = X.scatter_kernel(np.dtype(kd), sk, np.dtype(np.float64), np.dtype(np.int32), first, 8, X.TILE)
-        sig = (R._nbtype(arr(kd)), R._nbtype(arr(np.float64)), nbt.int64, nbt.int64, nbt.int64,
-               R._nbtype(arr(np.int32)), nbt.int64, R._nbtype(arr(sk)), R._nbtype(arr(np.float64)))
+        sig = (L._nbtype(arr(kd)), L._nbtype(arr(np.float64)), nbt.int64, nbt.int64, nbt.int64,
+               L._nbtype(arr(np.int32)), nbt.int64, L._nbtype(arr(sk)), L._nbtype(arr(np.float64)))
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
         print("  ok   radix %s first=%s (%d PTX lines)" % (np.dtype(kd), first, ptx.count("\n")))
 print("radix kernels compiled; all in %.1f s" % (time.time() - t0))

@@ -30,7 +30,7 @@ Algorithms (``algorithm=``; the default picks one from the bin count and size):
 Default: ``shared`` when the bins fit in 32 KiB and the input has at least
 ``2 x bins`` items per multiprocessor (so that the merge's atomics are few next
 to the items); else ``global_match``. On an H200 (2^26 items, counting kernel
-alone, ``tools/hist_rates.py``) ``shared`` takes 112 us for int bins whatever
+alone, ``tools/hist_rates.py``, since removed: git keeps it) ``shared`` takes 112 us for int bins whatever
 the data (64 or 1024 bins; uniform, skewed or all in one bin): the shared
 atomics run at about one item per clock per multiprocessor, lanes on one bin
 included, so warp aggregation only adds its ``match_any`` (``shared_match``

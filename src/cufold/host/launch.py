@@ -40,7 +40,7 @@ made again and again with a new input and output: only their fields are written)
 ``library_disk_key(key)`` (the disk-cache text of a cufold kernel, with a
 user's operator where its fingerprint pins it down; on unless ``CUFOLD_CACHE=0``).
 
-Measured on an H200 (tools/gpu_launch_smoke.py, median of 2000 calls):
+Measured on an H200 (tools/gpu_launch_smoke.py, since removed; median of 2000 calls):
 cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
 described arguments 3.8 us; Numba's dispatcher 17.5 us (24 us with torch
 tensors).
