@@ -48,7 +48,7 @@ def _fake(nbytes):
 
 # No device memory: workspaces and look-back state are fake descriptors.
 S._launch.workspace = lambda dev, stream, nbytes: (0x100000, _fake(max(nbytes, 256)))
-S._zeroed = lambda dev, nbytes: _fake(nbytes)
+S._launch.zeros = lambda dev, stream, nbytes: _fake(nbytes)
 
 launched = []
 L = importlib.import_module("cufold.host.launch")

@@ -422,7 +422,7 @@ def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, al
     if mode == "int":
         counts = b.output(xs, (nbins,), np.int64 if w is None else np.float64)
         if nbins > 0:
-            _count(b, mode, xs, ws, a.size, counts, nbins, _dummy(a.device_id), algorithm)
+            _count(b, mode, xs, ws, a.size, counts, nbins, _dummy(a.device_id, handle), algorithm)
         return b.build()
     counts = b.output(xs, (nbins,), np.int64 if w is None else w.dtype)
     edges_out = b.output(xs, (nbins + 1,), edges.dtype)           # each call's own
@@ -492,12 +492,11 @@ def _check_inputs(kind, a, w):
     _arrays.same_device((a, w), "x and weights")
 
 
-def _dummy(device_id):
+def _dummy(device_id, stream):
     """A one-element float64 device array standing for the edges of bincount (never read)."""
     got = _dummies.get(device_id)
     if got is None:
-        with _launch._numba_device_ctx(device_id):
-            got = _dummies[device_id] = _arrays.describe(cuda.device_array(1, np.float64), "edges")
+        got = _dummies[device_id] = _launch.zeros(device_id, stream, 8).view(np.float64, (1,), 0)
     return got
 
 

@@ -570,7 +570,7 @@ def _make_workspace(device_id, stream, acc_vt, count):
     key = (device_id, stream)
     counter = _counters.get(key)
     if counter is None:
-        counter = _counters[key] = _arrays.describe(cuda.to_device(np.zeros(1, np.uint32)))
+        counter = _counters[key] = _launch.zeros(device_id, stream, 4).view(np.uint32, (1,), 0)
     nbytes = sum(-(-count * f.itemsize // 16) * 16 for f in acc_vt.fields)
     _, ws = _launch.workspace(device_id, stream, max(nbytes, 16))
     views, offset = [], 0
@@ -622,7 +622,8 @@ def _copy_partials(b, acc_vt, partials, count):
     arrs = _spare.get(key)
     if arrs is None:
         cap = 1 << count.bit_length()
-        arrs = _spare[key] = tuple(_arrays.describe(cuda.device_array(cap, f)) for f in acc_vt.fields)
+        arrs = _spare[key] = tuple(_launch.zeros(b.device_id, b.stream, cap * f.itemsize).view(f, (cap,), 0)
+                                   for f in acc_vt.fields)
     fields = partials if acc_vt.is_tuple else (partials,)
     dst = tuple(a.view(a.dtype, (count,), 0) for a in arrs)
     b.launch(_copy_kernel(acc_vt), ("copy", acc_vt), -(-count // 256), 256,

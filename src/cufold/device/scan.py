@@ -1007,11 +1007,11 @@ class LookBackState:
 
     __slots__ = ("buffer", "capacity", "launches", "counter", "flags", "words")
 
-    def __init__(self, device_id, capacity):
+    def __init__(self, device_id, stream, capacity):
         self.capacity = capacity
         self.launches = 0
         words_at = 256 + _align(4 * capacity)
-        self.buffer = _zeroed(device_id, words_at + 8 * capacity)      # every state EMPTY, epoch 0
+        self.buffer = _launch.zeros(device_id, stream, words_at + 8 * capacity)   # every state EMPTY, epoch 0
         self.counter = self.buffer.view(np.uint64, (1,), 0)
         self.flags = (self.buffer.view(np.uint32, (capacity,), 256),
                       self.buffer.view(np.float32, (capacity,), 256))
@@ -1032,16 +1032,6 @@ _look_back_states = {}
 _retired = []
 
 
-def _zeroed(device_id, nbytes):
-    """A zeroed uint8 device buffer of ``nbytes`` on ``device_id`` (as an Arr).
-    ``to_device`` returns once the copy is done, so any stream sees the zeros."""
-    zeros = np.zeros(nbytes, np.uint8)
-    if config.ENABLE_CUDASIM:
-        return _arrays.describe(cuda.to_device(zeros), "workspace")
-    with cuda.gpus[device_id]:
-        return _arrays.describe(cuda.to_device(zeros), "workspace")
-
-
 def look_back_state(device_id, stream, tiles):
     """The :class:`LookBackState` for a launch of ``tiles`` tiles on ``stream``
     (a fresh zeroed one when more tiles are needed or the epochs run out)."""
@@ -1053,7 +1043,7 @@ def look_back_state(device_id, stream, tiles):
             _retired.append(st)
             if st.capacity < tiles:
                 cap = max(cap, 2 * st.capacity)
-        st = _look_back_states[key] = LookBackState(device_id, cap)
+        st = _look_back_states[key] = LookBackState(device_id, stream, cap)
         st.fits(tiles)
     return st
 

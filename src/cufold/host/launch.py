@@ -1244,7 +1244,7 @@ def workspace(device_id, stream, nbytes):
             cap = (cap + 255) & ~255
             if w is not None:
                 _WS_OLD.append(w)
-            w = _alloc_zeroed(device_id, cap)
+            w = zeros(device_id, stream, cap)
             _WS[key] = w
     return w.ptr, w
 
@@ -1252,16 +1252,48 @@ def workspace(device_id, stream, nbytes):
 _WS_OLD = []  # superseded workspaces: earlier views and queued kernels may use them
 
 
-def _alloc_zeroed(dev, nbytes):
+def zeros(device_id, stream, nbytes):
+    """A zeroed device buffer of ``nbytes`` (a 1-D uint8 :class:`Arr`) for use on raw
+    stream ``stream``: the per-stream scratch of the Programs (workspace, look-back
+    states, counters), allocated when a Program is planned.
+
+    Numba memory, zeroed, with one device synchronisation; but where ``stream`` is
+    being captured into a CUDA graph (a call planned inside ``torch.cuda.graph``),
+    memory of the graph's pool, zeroed by a node of the graph (nothing else may
+    synchronise or allocate then), so every replay starts from zeros too."""
     if SIMULATOR:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        a = FakeCUDAArray(np.zeros(nbytes, np.uint8))
-        return _arrays.describe(a, "workspace")
-    with _numba_device_ctx(dev):
+        return _arrays.describe(FakeCUDAArray(np.zeros(nbytes, np.uint8)), "workspace")
+    if capturing(stream):
+        return _zeros_in_capture(device_id, stream, nbytes)
+    with _numba_device_ctx(device_id):
         a = cuda.device_array(nbytes, dtype=np.uint8)
         a.gpu_data.memset(0)
         cuda.synchronize()
     return _arrays.describe(a, "workspace")
+
+
+def capturing(stream):
+    """Whether raw stream ``stream`` is being captured into a CUDA graph now."""
+    if SIMULATOR or not stream:          # the legacy default stream is never captured
+        return False
+    from cuda.bindings import driver as cbd
+    err, status = cbd.cuStreamIsCapturing(cbd.CUstream(stream))
+    return int(err) == 0 and status == cbd.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def _zeros_in_capture(device_id, stream, nbytes):
+    try:
+        import torch
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=torch.device("cuda", device_id))):
+            t = torch.zeros(nbytes, dtype=torch.uint8, device=torch.device("cuda", device_id))
+        return _arrays.describe(t, "workspace")
+    except Exception as e:                                       # noqa: BLE001
+        raise RuntimeError(
+            "cufold: a call was planned while stream %#x is being captured into a CUDA graph, and its "
+            "scratch memory could not be allocated there (%s: %s). Capture with torch.cuda.graph, or "
+            "make the same call once on the capture stream before capturing." % (stream, type(e).__name__, e)
+        ) from None
 
 
 def clear_workspaces():
