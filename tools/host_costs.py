@@ -69,12 +69,25 @@ def main():
             print("%-32s %7.2f us" % (name, per_call(fn, a.calls)), flush=True)
         except Exception as e:                    # a peer's API that this version lacks
             print("%-32s failed: %s" % (name, str(e).splitlines()[0][:90]), flush=True)
-    # cufold.sum's Program alone (allocate the result, launch): what the call adds around it is the rest.
+    # cufold.sum taken apart: each step alone (what the call adds around its Program is the rest).
     import importlib
     D = importlib.import_module("cufold.device")
-    prog = next(iter(D._SUM.programs.values()), None)
-    if prog is not None:
-        print("%-32s %7.2f us" % ("cufold.sum's Program alone", per_call(lambda: prog.call(arr), a.calls)))
+    programs = getattr(D._SUM, "programs", None)
+    if programs:
+        key, prog = next(iter(programs.items()))
+        h = _arrays.stream_handle(arr)
+        sig = _programs.signature
+        steps = [
+            ("  sum: describe", lambda: _arrays.describe(x)),
+            ("  sum: stream_handle", lambda: _arrays.stream_handle(arr)),
+            ("  sum: key", lambda: ((sig(arr),), h, None, None, None, False, None, True, False, (), False,
+                                    D._reduce_mod.tile_override())),
+            ("  sum: Programs.get", lambda: programs.get(key)),
+            ("  sum: Program (alloc + launch)", lambda: prog.call(arr)),
+            ("  sum: whole call", lambda: cufold.sum(x)),
+        ]
+        for name, fn in steps:
+            print("%-32s %7.2f us" % (name, per_call(fn, a.calls)), flush=True)
     for name in ([] if a.profile is None else a.profile or ["cufold.sum"]):
         fn = dict(rows)[name]
         print("\n== profile of %s" % name)

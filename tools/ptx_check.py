@@ -122,3 +122,42 @@ for key_dt, m in ((np.int32, 10**6), (np.int64, 2**33)):
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
         print("  ok   radix %s first=%s (%d PTX lines)" % (np.dtype(kd), first, ptx.count("\n")))
 print("radix kernels compiled; all in %.1f s" % (time.time() - t0))
+
+# Every family's Programs as the library plans them (scans, segmented_reduce, reduce_by_key,
+# reduce_by_key_into, histograms), on descriptors of no memory: what the simulator never types.
+import types as _pytypes  # noqa: E402
+L.workspace = lambda dev, stream, nbytes: (0x100000, arr(np.uint8, max(nbytes, 256)))
+L.zeros = lambda dev, stream, nbytes: arr(np.uint8, nbytes)
+S = importlib.import_module("cufold.device.scan")
+SEG = importlib.import_module("cufold.device.segmented")
+H = importlib.import_module("cufold.device.histogram")
+fake_status = _pytypes.SimpleNamespace(kernel=(arr(np.int64, 2), arr(np.int64, 1)), epoch=0)
+BK._status = lambda dev, stream, check: (fake_status, 1 if check else 0)
+BK._resident_blocks = lambda *args: 132 * 4          # an H100's grid (no GPU to ask)
+H.sm_count = lambda dev: 132
+before = len(compiled)
+n = 1 << 20
+f32, i32 = arr(np.float32, n), arr(np.int32, n)
+for alg in S.ALGORITHMS:
+    for kind in ("inclusive", "exclusive"):
+        S._plan_scan((f32,), (), False, cufold.plus, None, None, alg, True, kind, False, 0, None)
+S._plan_scan((arr(np.int64, n), arr(np.int64, n)), (), True,
+             cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), None, None, "single_pass", False,
+             "inclusive", False, 0, None)
+offsets = arr(np.int64, 1001)
+SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmented_reduce")
+SEG._plan_segmented((f32, i32), offsets, cufold.minmax, None, None, 0, None, "segmented_reduce")
+SEG._plan_count_runs((i32,), 0)
+SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None)
+out64 = arr(np.float64, 10**6)
+for alg in BK.ALGORITHMS:
+    for det, check in ((False, True), (False, False)) if alg != "sorted" else ((True, True), (False, False)):
+        BK._plan_program(cufold.plus, i32, f32, out64, alg, det, check, 0)
+BK._plan_program(cufold.plus, i32, f32, out64, None, True, True, 0)          # the radix grouping
+BK._plan_program(cufold.maximum, i32, f32, arr(np.float32, 10**6), "warp", False, False, 0)   # a CAS loop
+edges = arr(np.float64, 65)
+for mode, w in (("uniform", None), ("edges", f32), ("uniform", arr(np.float64, n))):
+    for alg in H.ALGORITHMS:
+        H._plan_counts(mode, f32, w, 64, edges, False, alg, 0, None)
+H._plan_counts("int", i32, None, 64, None, False, None, 0, None)
+print("%d family kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -111,7 +111,6 @@ def _key_tile(n):
     return _launch.simulator_tile(Tile(64, 2), n) if SIMULATOR else Tile(256, 16)
 
 
-@functools.lru_cache(maxsize=None)
 # --- offsets --------------------------------------------------------------------------------
 
 @cuda.jit(device=True)
