@@ -379,8 +379,19 @@ def test_get_kernel_caches():
     assert k1 is k2 and len(calls) == 1 and k1.key == key
 
 
+def _real_streams(count):
+    """Raw handles of ``count`` new streams (the driver is asked about a workspace's stream:
+    whether it is being captured into a graph), or made-up ones in the simulator."""
+    if SIMULATOR:
+        return [12345 + i for i in range(count)]
+    made = [cuda.stream() for _ in range(count)]
+    _real_streams.keep = made
+    return [int(s.handle.value) for s in made]
+
+
 def test_workspace_cached_grown_zeroed():
-    dev, stream = 0, 12345
+    dev = 0
+    stream, second = _real_streams(2)
     ptr, w = L.workspace(dev, stream, 100)
     assert w.size >= 100 and w.dtype == np.uint8 and ptr == w.ptr
     assert not np.any(A.as_numba(w).copy_to_host())
@@ -393,7 +404,7 @@ def test_workspace_cached_grown_zeroed():
     assert any(old is w for old in L._WS_OLD)  # kept alive: earlier views stay valid
     A.as_numba(early)[1] = 5
     assert A.as_numba(w).copy_to_host().view(np.int32)[1] == 5
-    other, _ = L.workspace(dev, stream + 1, 10)
+    other, _ = L.workspace(dev, second, 10)
     assert other != ptr3
     part = w3.view(np.int32, 4, offset=8)
     assert part.ptr == w3.ptr + 8
@@ -618,7 +629,7 @@ def test_user_operator_kernels_load_from_disk(tmp_path):
         import numpy as np
         from numba import cuda
         import cufold, importlib
-        R = importlib.import_module("cufold.device.reduce")
+        L = importlib.import_module("cufold.host.launch")
 
         def scaled(k):
             return cufold.Op(lambda a, b: a + b * k, identity=0.0, commutative=True)
@@ -626,7 +637,7 @@ def test_user_operator_kernels_load_from_disk(tmp_path):
         x = cuda.to_device((np.arange(100000) % 7).astype(np.float32))   # exact sums and maxima
         results = [float(cufold.reduce(x, lambda a, b: max(a, b)).copy_to_host()),
                    float(cufold.reduce(x, scaled(1.0)).copy_to_host())]
-        kernels = list(R._kernels.values())
+        kernels = list(L._kernels.values())
         print(results, sorted(set(v for k in kernels for v in k.loaded_from_disk.values())),
               sum(k._dispatcher is not None for k in kernels), sep="|")
     """)
