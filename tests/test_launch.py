@@ -386,7 +386,7 @@ def _real_streams(count):
         return [12345 + i for i in range(count)]
     made = [cuda.stream() for _ in range(count)]
     _real_streams.keep = made
-    return [int(s.handle.value) for s in made]
+    return [A._stream_from_obj(s) for s in made]
 
 
 def test_workspace_cached_grown_zeroed():

@@ -1404,18 +1404,31 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         return out
 
 
+def _quiet_status(device_id, stream):
+    """The status arguments of kernels that record nothing (epoch 0): memory never written,
+    from the capture-aware allocator (a call planned inside a CUDA graph's capture)."""
+    got = _quiet.get((device_id, stream))
+    if got is None:
+        words = _launch.zeros(device_id, stream, 24)
+        got = _quiet[(device_id, stream)] = (words.view(np.int64, (2,), 0), words.view(np.int64, (1,), 16))
+    return got
+
+
+_quiet = {}
+
+
 def _plan_program(op, keys, values, out, algorithm, deterministic, check, stream):
     """The Program of a ``reduce_by_key_into`` signature, called with ``(keys, values,
     out)`` and, when ``check``, the call's epoch (of ``_status``); then it synchronises
     and raises for the bad keys the call's kernels recorded."""
     m, device_id = out.size, out.device_id
     p = plan(op, keys.dtype, values.dtype, out.dtype, m, keys.size, device_id, algorithm, deterministic, check)
-    st, _ = _status(device_id, stream, False)
+    st = _status(device_id, stream, False)[0] if check else None
     b = _programs.Builder(device_id, stream)
     ks, vs, os_ = b.input(keys), b.input(values), b.input(out)
     epoch = b.value(np.int64(0)) if check else np.int64(0)     # 0: record nothing
     if keys.size > 0:
-        _launches(b, p, ks, vs, os_, st.kernel, epoch)
+        _launches(b, p, ks, vs, os_, st.kernel if check else _quiet_status(device_id, stream), epoch)
         if check:
             # epochs are drawn from the current status: one renewed (EPOCH_LIMIT) is not st
             where = (device_id, stream)
