@@ -681,19 +681,21 @@ def shell(a, dtype=None, shape=None):
     return Arr(0, shape, _c_strides(shape), dt, _prod(shape), a.library, None, a.device_id, a.stream)
 
 
-def vector_allocator(like, n, dtype):
-    """``alloc(obj) -> (new array, its device pointer)``: a new C-contiguous
-    1-D array of ``n`` elements of ``dtype`` in the library of ``like`` (an
-    :class:`Arr`), on its device and current stream, where ``obj`` is this
-    call's input of that library (the same device): the per-call allocation of
-    the express paths, for which :func:`empty`'s generality is a microsecond
-    too slow. ``like``'s own array is not kept."""
+def allocator(like, shape, dtype):
+    """``alloc(obj) -> (new array, its device pointer)``: a new C-contiguous array
+    of ``shape`` and ``dtype`` in the library of ``like`` (an :class:`Arr`), on its
+    device and current stream, where ``obj`` is this call's input of that library
+    (the same device): the per-call allocation of the Programs, for which
+    :func:`empty`'s generality costs microseconds (torch: ``obj.new_empty`` or
+    ``torch.empty_like``, not ``torch.empty(device=)``). ``like``'s own array is
+    not kept."""
     dt = _np_dtype(dtype)
+    shape = tuple(shape)
     if like.library == "torch":
         tdt = _NP_TO_TORCH.get(dt)
         if tdt is None:
             raise TypeError("cufold: torch has no dtype for %s" % dt)
-        if dt == like.dtype and like.ndim == 1 and like.size == n and like.c_contiguous:
+        if dt == like.dtype and like.shape == shape and like.c_contiguous:
             empty_like = _torch.empty_like        # the cheapest allocation torch has from Python
 
             def alloc_like(obj):
@@ -703,14 +705,14 @@ def vector_allocator(like, n, dtype):
             return alloc_like
 
         def alloc_torch(obj):
-            t = obj.new_empty((n,), dtype=tdt)
+            t = obj.new_empty(shape, dtype=tdt)
             return t, t.data_ptr()
 
         return alloc_torch
     home, make = shell(like), _EMPTY_BY_LIB[like.library]
 
     def alloc(obj):
-        got, a = make(home, (n,), dt, None)
+        got, a = make(home, shape, dt, None)
         return got, a.ptr
 
     return alloc

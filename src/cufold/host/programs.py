@@ -119,8 +119,8 @@ class Builder:
         if not shape and home.library == "torch":
             take = _arrays.scalar_results(home, dt, self.alloc_stream)
             alloc = lambda obj: take()                                  # noqa: E731
-        elif len(shape) == 1 and home.library == "torch" and self.alloc_stream is None:
-            alloc = _arrays.vector_allocator(home, shape[0], dt)
+        elif home.library == "torch" and self.alloc_stream is None:
+            alloc = _arrays.allocator(home, shape, dt)
         else:
             def alloc(obj, home=home, shape=shape, dt=dt, stream=self.alloc_stream):
                 got, arr = _arrays.empty(home, shape, dt, stream)
