@@ -769,3 +769,28 @@ def test_bad_timeout_variable(monkeypatch):
 
     with pytest.raises(ValueError, match=simulator.TIMEOUT_ENV):
         k_sync[1, 32](np.zeros(1))
+
+
+@sim_only
+def test_threads_of_a_launch_share_one_core(monkeypatch):
+    """The launch's threads run on the launching thread's core (the interpreter lock
+    lets one run at a time; handoffs on one core are cheap); CUFOLD_SIM_PIN=0 leaves
+    them free."""
+    import os
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no thread affinity on this system")
+    seen = []
+
+    @cuda.jit
+    def k_where(out):
+        if cuda.threadIdx.x == 0:
+            seen.append(os.sched_getaffinity(0))
+        out[cuda.threadIdx.x] = cuda.shfl_down_sync(0xFFFFFFFF, cuda.threadIdx.x, 1)
+
+    k_where[1, 32](np.zeros(32))
+    if simulator._pin_cpu() is not None:
+        assert len(seen[-1]) == 1
+    monkeypatch.setenv(simulator.PIN_ENV, "0")
+    assert simulator._pin_cpu() is None
+    k_where[1, 32](np.zeros(32))
+    assert seen[-1] == os.sched_getaffinity(0)
