@@ -373,7 +373,12 @@ def _look_back_kernel(vt, poll="volatile"):
     @cuda.jit
     def kernel(tile, flags, flags_f, tag, aggs, pres, aggregate, init, has_init, result, stash_out):
         stash = stash_storage()
-        r = look_back(aggregate, (tile, (flags, flags_f, aggs, pres), tag, init, has_init, stash))
+        drawn = cuda.shared.array(2, np.int64)          # (ticket, tag), as scan.draw leaves them
+        if cuda.threadIdx.x == 0:
+            drawn[0] = tile
+            drawn[1] = tag
+        cuda.syncthreads()
+        r = look_back(aggregate, (tile, (flags, flags_f, aggs, pres), drawn, init, has_init, stash))
         if cuda.threadIdx.x == 0:
             result[0] = r[0]
             result[1] = r[1]
@@ -452,7 +457,12 @@ def _packed_look_back_kernel(op, vt, poll):
     @cuda.jit
     def kernel(tile, words, words_f, tag, aggregate, init, has_init, result, stash_out):
         stash = stash_storage()
-        r = look_back(aggregate, (tile, (words, words_f), tag, init, has_init, stash))
+        drawn = cuda.shared.array(2, np.int64)          # (ticket, tag), as scan.draw leaves them
+        if cuda.threadIdx.x == 0:
+            drawn[0] = tile
+            drawn[1] = tag
+        cuda.syncthreads()
+        r = look_back(aggregate, (tile, (words, words_f), drawn, init, has_init, stash))
         if cuda.threadIdx.x == 0:
             result[0] = r
             stash_out[0] = stash[0]

@@ -110,10 +110,10 @@ def kernels(case):
     elif dtype == "bool":
         op, vt = cufold.logical_or, ValueType.of(np.bool_)
         xs = _arr(np.bool_, n)
-    else:
-        op, vt = cufold.plus, ValueType.of(np.dtype(dtype))
+    else:       # "int32+": cumsum's dtypes (small integers sum as int64)
+        op, vt = cufold.plus, ValueType.of(np.dtype(dtype.rstrip("+")))
         xs = _arr(vt.dtype, n)
-    acc_vt, out_vt, _ = S._types_for(op, vt, None, False)      # as the library (float16: float32)
+    acc_vt, out_vt, _ = S._types_for(op, vt, None, dtype.endswith("+"))      # as the library
     p = S.plan(op, vt, acc_vt, out_vt, n, kind, alg)
     del launched[:]
     init = acc_vt.make(acc_vt.sample())
