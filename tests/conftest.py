@@ -113,3 +113,25 @@ def run_sm90_script(script, marker, **env_extra):
         pytest.skip("no NVVM to compile PTX")
     import ast
     return ast.literal_eval(proc.stdout.split(marker, 1)[1].strip())
+
+
+@pytest.fixture
+def host_waits(monkeypatch):
+    """``[count]`` of the host's waits for the device from now on: cufold's own
+    (``host.readback``: ``read_to_host``, ``synchronize``) and reads back through the
+    array libraries' copies (Numba's and the simulator's ``copy_to_host``); reset it
+    by assigning ``count[0] = 0``."""
+    from cufold.host import readback
+    count = [0]
+
+    def counted(real):
+        def wrapped(*args, **kwargs):
+            count[0] += 1
+            return real(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(readback, "read_to_host", counted(readback.read_to_host))
+    monkeypatch.setattr(readback, "synchronize", counted(readback.synchronize))
+    device_array = type(cuda.to_device(np.zeros(1)))
+    monkeypatch.setattr(device_array, "copy_to_host", counted(device_array.copy_to_host))
+    return count

@@ -325,21 +325,10 @@ def test_long_edge_array_is_given_per_call(rng, builds, monkeypatch):
     assert planned > before and builds[0] == planned
 
 
-def test_synchronisations(rng, monkeypatch):
+def test_synchronisations(rng, host_waits):
     """histogram with range= (or host edges) never reads the device back; without
     range=, with device edges, and bincount: exactly one read per call."""
-    reads = [0]
-
-    def counted(real):
-        def read(*a, **k):
-            reads[0] += 1
-            return real(*a, **k)
-        return read
-
-    device_array_type = type(dev(np.zeros(1)))
-    monkeypatch.setattr(device_array_type, "copy_to_host", counted(device_array_type.copy_to_host))
-    from cufold.host import readback
-    monkeypatch.setattr(readback, "read_to_host", counted(readback.read_to_host))
+    reads = host_waits
     x = dev(rng.random(N).astype(np.float32))
     k = dev(rng.integers(0, 50, N).astype(np.int16))
     w = dev(rng.random(N))

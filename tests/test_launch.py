@@ -557,6 +557,19 @@ def test_source_digest_is_stable_across_processes():
     assert got.stdout.strip() == L.source_digest()
 
 
+def _two_processes(code, cache_dir):
+    """The output of ``code`` run in two new processes, one after the other, sharing the
+    disk cache in ``cache_dir`` (the second should load what the first compiled)."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(cache_dir))
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    return outs
+
+
 @gpu_only
 def test_library_kernels_load_from_disk(tmp_path):
     """A second process loads cufold.sum's kernel from the disk
@@ -570,13 +583,8 @@ def test_library_kernels_load_from_disk(tmp_path):
         total = float(cufold.sum(x).copy_to_host())
         print(total, sorted(set(v for k in L._kernels.values() for v in k.loaded_from_disk.values())))
     """)
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(tmp_path))
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr
-    (first, first_loaded), (second, second_loaded) = [r.stdout.split(" ", 1) for r in runs]
+    (first, first_loaded), (second, second_loaded) = [out.split(" ", 1)
+                                                      for out in _two_processes(code, tmp_path)]
     assert first == second == repr(float((np.arange(100000) % 7).sum()))
     assert first_loaded.strip() == "[False]" and second_loaded.strip() == "[True]"
     assert list(tmp_path.rglob("*.cubin"))
@@ -641,14 +649,8 @@ def test_user_operator_kernels_load_from_disk(tmp_path):
         print(results, sorted(set(v for k in kernels for v in k.loaded_from_disk.values())),
               sum(k._dispatcher is not None for k in kernels), sep="|")
     """)
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               CUFOLD_CACHE="1", CUFOLD_CACHE_DIR=str(tmp_path))
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr
     (first, first_loaded, first_compiled), (second, second_loaded, second_compiled) = [
-        r.stdout.strip().split("|") for r in runs]
+        out.strip().split("|") for out in _two_processes(code, tmp_path)]
     h = (np.arange(100000) % 7).astype(np.float32)
     assert first == second == repr([float(h.max()), float(h.sum())])
     assert first_loaded == "[False]" and int(first_compiled) > 0
