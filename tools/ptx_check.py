@@ -4,7 +4,6 @@ The simulator runs kernels as Python and so never type-checks them; this does,
 through Numba's real CUDA pipeline. Run before every GPU session:
     PYTHONPATH=src python tools/ptx_check.py
 """
-import sys
 import time
 
 import numpy as np

@@ -67,10 +67,8 @@ result may vary between runs (as torch's and CuPy's).
 """
 
 import collections
-import ctypes
 import functools
 import operator
-import threading
 
 import numpy as np
 from numba import config, cuda

@@ -39,12 +39,10 @@ import os
 
 import numpy as np
 from numba import config, cuda
-from numba import types as nbtypes
-from numba.np.numpy_support import from_dtype
 
 from .. import _codegen, block
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
-from ..host.launch import Tile, fill_kernel, launch
+from ..host.launch import Tile, fill_kernel
 
 #: The last block folds at most this many partials per thread (bounds the grid).
 PARTIALS_PER_THREAD = 8

@@ -87,7 +87,7 @@ from .. import _codegen, block
 from ..ops import as_op, maximum, minimum, multiplies, plus
 from ..values import ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs, types as _types
-from ..host.launch import Tile, fill_kernel, launch
+from ..host.launch import Tile, fill_kernel
 from .reduce import tile_for as _reduce_tile_for
 
 __all__ = ["ALGORITHMS", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",

@@ -67,7 +67,7 @@ from .. import _codegen, block
 from ..ops import as_op, plus
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
-from ..host.launch import Tile, launch, sm_count
+from ..host.launch import Tile
 from ..host import readback as _readback
 from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
 
