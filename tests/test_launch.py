@@ -689,3 +689,33 @@ def test_pointer_slots_of_tuple_members():
     assert L._pointer_slot(k, (1, "ptr", 2)) == 1 + 7 + 9 + 4
     k2 = L.Kernel(lambda x: None, (nbt.UniTuple(a1, 3),))
     assert L._pointer_slot(k2, (0, "ptr", 2)) == 14 + 4
+
+
+def test_every_call_opens_an_nvtx_range(monkeypatch):
+    """With the nvtx package there, each device-wide call runs in a range named after
+    it (one mechanism: the Programs' run); without it, nothing is entered."""
+    import cufold
+    opened = []
+
+    class Range:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            opened.append(self.name)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(L, "NVTX", True)
+    monkeypatch.setattr(L, "nvtx_range", Range)
+    x = cuda.to_device(np.arange(300, dtype=np.float32))
+    cufold.sum(x)
+    cufold.inclusive_scan(x)
+    cufold.segmented_reduce(x, cuda.to_device(np.array([0, 100, 300])))
+    cufold.histogram(x, 8, range=(0, 300))
+    assert opened == ["cufold.sum", "cufold.scan", "cufold.segmented_reduce", "cufold.histogram"]
+    monkeypatch.setattr(L, "NVTX", False)
+    del opened[:]
+    cufold.sum(x)
+    assert opened == []

@@ -78,7 +78,7 @@ class _Reduction:
         self.op = op                     # as given: a plain function becomes an Op when planned
         self.options = options or _no_options
         self.name, self.needs_items = name, needs_items
-        self.programs = _programs.Programs(self._plan, 1024)
+        self.programs = _programs.Programs(self._plan, "cufold." + name, 1024)
 
     def __call__(self, x, init=None, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,
                  axis=None, keepdims=False):

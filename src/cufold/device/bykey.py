@@ -1336,7 +1336,7 @@ def _plan_key(key, k, v, o, *epoch):
     return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle)
 
 
-_bykey_programs = _programs.Programs(_plan_key, 4096)
+_bykey_programs = _programs.Programs(_plan_key, "cufold.reduce_by_key_into", 4096)
 
 # Tests and tools change the CUFOLD_BYKEY_* tuning between calls and then forget the
 # plans (plan.cache_clear()): the Programs built from them must go too.
@@ -1389,19 +1389,18 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         >>> cufold.reduce_by_key_into(cells, mass, cupy.full(3, -cupy.inf), cufold.maximum)
         array([2., 4., 5.])
     """
-    with _launch.nvtx_range("reduce_by_key_into"):
-        o = _arrays.describe(out, "out")
-        k = _arrays.describe(keys, "keys")
-        v = _arrays.describe(values, "values")
-        handle = _arrays.stream_handle((o, k, v), stream)
-        sig = _programs.signature
-        # no stream-ordered allocation (the Program allocates nothing): the handle is enough
-        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
-        if check:
-            _bykey_programs.run(key, k, v, o, _status(o.device_id, handle, True)[1])
-        else:
-            _bykey_programs.run(key, k, v, o)
-        return out
+    o = _arrays.describe(out, "out")
+    k = _arrays.describe(keys, "keys")
+    v = _arrays.describe(values, "values")
+    handle = _arrays.stream_handle((o, k, v), stream)
+    sig = _programs.signature
+    # no stream-ordered allocation (the Program allocates nothing): the handle is enough
+    key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
+    if check:
+        _bykey_programs.run(key, k, v, o, _status(o.device_id, handle, True)[1])
+    else:
+        _bykey_programs.run(key, k, v, o)
+    return out
 
 
 def _quiet_status(device_id, stream):

@@ -448,13 +448,8 @@ def _plan_minmax(key, a, w=None):
         b.input(w)
     both = b.output(xs, (2,), a.dtype)
     outs = (both.view(a.dtype, (1,), 0), both.view(a.dtype, (1,), a.itemsize))
-    p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, a.device_id, None, lift="pair").for_input(xs)
-    spec = p.spec
-    # The default algorithm is single_block or single_pass: one launch writes the result.
-    assert spec.finish in ("final", "last_block"), spec.finish
-    partials, counter = _reduce._workspace(b.device_id, b.stream, acc_vt, max(p.grid, 1))
-    b.launch(_reduce.reduce_kernel(spec), ("reduce", spec), p.grid, spec.tile.nt,
-             (xs, a.size, partials, counter, outs, _reduce._zero(acc_vt), False))
+    p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, a.device_id, None, lift="pair")
+    _reduce.run(b, p, xs, a.size, outs, None)
     return b.build(lambda got: _arrays.describe(got[0], "minmax"))
 
 
@@ -527,8 +522,8 @@ def _plan_count_key(key, *arrays):
     return _plan_counts("edges", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
 
 
-_minmax_programs = _programs.Programs(_plan_minmax, 1024)
-_count_programs = _programs.Programs(_plan_count_key, 4096)
+_minmax_programs = _programs.Programs(_plan_minmax, "cufold.minmax (of the bins' data)", 1024)
+_count_programs = _programs.Programs(_plan_count_key, "cufold.histogram", 4096)
 
 
 def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
@@ -556,24 +551,23 @@ def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
         ...                 weights=torch.tensor([.5, 1., 2.], device="cuda"))
         tensor([0.5000, 3.0000], device='cuda:0', dtype=torch.float64)
     """
-    with _launch.nvtx_range("cufold.bincount"):
-        a = _arrays.describe(x, "x")
-        w = None if weights is None else _arrays.describe(weights, "weights")
-        minlength = operator.index(minlength)
-        if minlength < 0:
-            raise ValueError("cufold: minlength must be non-negative, got %d" % minlength)
-        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
-        alloc_stream = handle if stream is not None else None
-        nbins = minlength
-        if a.size > 0:
-            lo, hi = _device_minmax("bincount", a, w, handle, alloc_stream)
-            if int(lo) < 0:
-                raise ValueError("cufold: bincount's x must have no negative elements (min is %d)"
-                                 % int(lo))
-            nbins = max(int(hi) + 1, minlength)
-        common = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
-                  alloc_stream)
-        return _count_programs.run(("int", nbins, common), *((a,) if w is None else (a, w)))
+    a = _arrays.describe(x, "x")
+    w = None if weights is None else _arrays.describe(weights, "weights")
+    minlength = operator.index(minlength)
+    if minlength < 0:
+        raise ValueError("cufold: minlength must be non-negative, got %d" % minlength)
+    handle = _arrays.stream_handle(a if w is None else (a, w), stream)
+    alloc_stream = handle if stream is not None else None
+    nbins = minlength
+    if a.size > 0:
+        lo, hi = _device_minmax("bincount", a, w, handle, alloc_stream)
+        if int(lo) < 0:
+            raise ValueError("cufold: bincount's x must have no negative elements (min is %d)"
+                             % int(lo))
+        nbins = max(int(hi) + 1, minlength)
+    common = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
+              alloc_stream)
+    return _count_programs.run(("int", nbins, common), *((a,) if w is None else (a, w)))
 
 
 # --- histogram edges ----------------------------------------------------------------------------------
@@ -661,33 +655,32 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
         >>> counts, edges
         (array([1, 2, 1]), array([0., 1., 2., 3.]))
     """
-    with _launch.nvtx_range("cufold.histogram"):
-        a = _arrays.describe(x, "x")
-        w = None if weights is None else _arrays.describe(weights, "weights")
-        handle = _arrays.stream_handle(a if w is None else (a, w), stream)
-        alloc_stream = handle if stream is not None else None
-        inputs = (a,) if w is None else (a, w)
-        sig = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
-               alloc_stream)
-        if bins.__class__ is not int:
-            if isinstance(bins, str):
-                raise TypeError("cufold: histogram's bins must be an integer or an array of edges; "
-                                "NumPy's estimators (%r) are not supported" % bins)
-            if np.ndim(bins) != 0:
-                return _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_stream)
-        if range is None:
-            nbins = _bin_count(bins)
-            if a.size > 0:
-                # NumPy's range is the data's: read it (the sync), then edges as for a range.
-                lo, hi = _device_minmax("histogram", a, w, handle, alloc_stream)
-                probe = np.array([lo, hi], a.dtype)
-                _, edges = _cached_edges((nbins, ("data", probe.tobytes()), a.dtype.str, a.device_id),
-                                         lambda: np.histogram_bin_edges(probe, bins=bins), a.device_id)
-                return _with_edges(a, w, "uniform", edges, inputs, sig, algorithm, handle, alloc_stream)
-            range = (0, 1)                  # NumPy's range for no data
-        else:
-            nbins = operator.index(bins)
-        return _count_programs.run(("uniform", nbins, _range_key(range), tuple(range), sig), *inputs)
+    a = _arrays.describe(x, "x")
+    w = None if weights is None else _arrays.describe(weights, "weights")
+    handle = _arrays.stream_handle(a if w is None else (a, w), stream)
+    alloc_stream = handle if stream is not None else None
+    inputs = (a,) if w is None else (a, w)
+    sig = (_programs.signature(a), None if w is None else _programs.signature(w), algorithm, handle,
+           alloc_stream)
+    if bins.__class__ is not int:
+        if isinstance(bins, str):
+            raise TypeError("cufold: histogram's bins must be an integer or an array of edges; "
+                            "NumPy's estimators (%r) are not supported" % bins)
+        if np.ndim(bins) != 0:
+            return _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_stream)
+    if range is None:
+        nbins = _bin_count(bins)
+        if a.size > 0:
+            # NumPy's range is the data's: read it (the sync), then edges as for a range.
+            lo, hi = _device_minmax("histogram", a, w, handle, alloc_stream)
+            probe = np.array([lo, hi], a.dtype)
+            _, edges = _cached_edges((nbins, ("data", probe.tobytes()), a.dtype.str, a.device_id),
+                                     lambda: np.histogram_bin_edges(probe, bins=bins), a.device_id)
+            return _with_edges(a, w, "uniform", edges, inputs, sig, algorithm, handle, alloc_stream)
+        range = (0, 1)                  # NumPy's range for no data
+    else:
+        nbins = operator.index(bins)
+    return _count_programs.run(("uniform", nbins, _range_key(range), tuple(range), sig), *inputs)
 
 
 def _with_edges(a, w, mode, edges, inputs, sig, algorithm, handle, alloc_stream):

@@ -343,7 +343,7 @@ def group_buffers(b, keys, values, m, digit_bits=DIGIT_BITS):
             for _ in range(pair_count(m, digit_bits))]
 
 
-_groupings = _programs.Programs(_plan_grouping, 256)
+_groupings = _programs.Programs(_plan_grouping, "cufold.group_by_key", 256)
 
 
 def group_by_key(keys, values, m, stream, alloc_stream=None, digit_bits=DIGIT_BITS, tile=TILE):

@@ -1254,7 +1254,7 @@ def _only(got):
     return got[0]
 
 
-_programs_of_scans = _programs.Programs(_plan_key, 4096)   # users' operators too (bounded)
+_programs_of_scans = _programs.Programs(_plan_key, "cufold.scan", 4096)   # users' operators too (bounded)
 
 
 

@@ -627,12 +627,11 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
         >>> cufold.segmented_reduce(v, cupy.asarray([0, 3, 3, 10]), cufold.maximum, init=-1)
         array([ 2., -1.,  9.], dtype=float32)
     """
-    with _launch.nvtx_range("cufold.segmented_reduce"):
-        arrs = _describe_values(values, "values")
-        off = _arrays.describe(offsets, "offsets")
-        return _segmented_programs.run(
-            (tuple(map(_programs.signature, arrs)), _programs.signature(off),
-             _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None), *arrs, off)
+    arrs = _describe_values(values, "values")
+    off = _arrays.describe(offsets, "offsets")
+    return _segmented_programs.run(
+        (tuple(map(_programs.signature, arrs)), _programs.signature(off),
+         _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None), *arrs, off)
 
 
 def _plan_segmented_key(key, *arrays):
@@ -647,7 +646,7 @@ def _plan_segmented_key(key, *arrays):
                            "segmented_reduce")
 
 
-_segmented_programs = _programs.Programs(_plan_segmented_key, 4096)
+_segmented_programs = _programs.Programs(_plan_segmented_key, "cufold.segmented_reduce", 4096)
 
 
 # --- reduce_by_key -----------------------------------------------------------------------------------
@@ -768,21 +767,20 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
         >>> cufold.reduce_by_key(k, torch.ones(6, device="cuda"))
         (tensor([1, 2, 1], device='cuda:0'), tensor([2., 3., 1.], device='cuda:0'))
     """
-    with _launch.nvtx_range("cufold.reduce_by_key"):
-        karrs = _describe_values(keys, "keys")
-        varrs = _describe_values(values, "values")
-        if varrs[0].size != karrs[0].size:
-            raise ValueError("cufold: keys and values must be equally long; got %d and %d"
-                             % (karrs[0].size, varrs[0].size))
-        handle = _arrays.stream_handle(karrs + varrs, stream)
-        ksig = tuple(map(_programs.signature, karrs))
-        if karrs[0].size == 0:
-            return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, 0,
-                                 stream is not None), *karrs, *varrs)
-        counts = _run_counts.run((ksig, handle), *karrs)
-        runs = int(_readback.read_to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
-        return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, runs,
-                             stream is not None), *karrs, counts, *varrs)
+    karrs = _describe_values(keys, "keys")
+    varrs = _describe_values(values, "values")
+    if varrs[0].size != karrs[0].size:
+        raise ValueError("cufold: keys and values must be equally long; got %d and %d"
+                         % (karrs[0].size, varrs[0].size))
+    handle = _arrays.stream_handle(karrs + varrs, stream)
+    ksig = tuple(map(_programs.signature, karrs))
+    if karrs[0].size == 0:
+        return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, 0,
+                             stream is not None), *karrs, *varrs)
+    counts = _run_counts.run((ksig, handle), *karrs)
+    runs = int(_readback.read_to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
+    return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, runs,
+                         stream is not None), *karrs, counts, *varrs)
 
 
 def _check_by_key(karrs, varrs):
@@ -852,5 +850,5 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
     return b.build(lambda got: (_pack(key_vt, got[:k]), _pack(out_vt, got[k + 1:k + 1 + t])))
 
 
-_run_counts = _programs.Programs(_plan_count_key, 1024)
-_by_runs = _programs.Programs(_plan_runs_key, 4096)
+_run_counts = _programs.Programs(_plan_count_key, "cufold.reduce_by_key (runs)", 1024)
+_by_runs = _programs.Programs(_plan_runs_key, "cufold.reduce_by_key", 4096)

@@ -681,17 +681,18 @@ def shell(a, dtype=None, shape=None):
     return Arr(0, shape, _c_strides(shape), dt, _prod(shape), a.library, None, a.device_id, a.stream)
 
 
-def allocator(like, shape, dtype):
+def allocator(like, shape, dtype, stream=None):
     """``alloc(obj) -> (new array, its device pointer)``: a new C-contiguous array
     of ``shape`` and ``dtype`` in the library of ``like`` (an :class:`Arr`), on its
-    device and current stream, where ``obj`` is this call's input of that library
-    (the same device): the per-call allocation of the Programs, for which
-    :func:`empty`'s generality costs microseconds (torch: ``obj.new_empty`` or
+    device, stream-ordered on ``stream`` (a raw handle; None: the library's current
+    stream), where ``obj`` is this call's input of that library (the same device):
+    the per-call allocation of the Programs, for which :func:`empty`'s generality
+    costs microseconds (torch on its current stream: ``obj.new_empty`` or
     ``torch.empty_like``, not ``torch.empty(device=)``). ``like``'s own array is
     not kept."""
     dt = _np_dtype(dtype)
     shape = tuple(shape)
-    if like.library == "torch":
+    if like.library == "torch" and stream is None:
         tdt = _NP_TO_TORCH.get(dt)
         if tdt is None:
             raise TypeError("cufold: torch has no dtype for %s" % dt)
@@ -712,7 +713,7 @@ def allocator(like, shape, dtype):
     home, make = shell(like), _EMPTY_BY_LIB[like.library]
 
     def alloc(obj):
-        got, a = make(home, shape, dt, None)
+        got, a = make(home, shape, dt, stream)
         return got, a.ptr
 
     return alloc

@@ -28,8 +28,9 @@ block, args, shared=0)``, ``guard(check)``, ``after(hook)``,
 ``build(finish) -> Program``
 ``Program``: ``prog(*arrays, *values) -> result``; ``Stale`` (a guard failed:
 plan again)
-``Programs(plan, limit)``: a bounded cache of Programs by call signature,
-``run(key, *arrays)`` (``plan(key, *arrays) -> Program`` on a miss)
+``Programs(plan, name, limit)``: a bounded cache of Programs by call signature,
+``run(key, *arrays)`` (``plan(key, *arrays) -> Program`` on a miss; an NVTX range
+``name`` around each run)
 ``signature(arr)``: what of an array a Program depends on
 """
 
@@ -116,15 +117,11 @@ class Builder:
         k = self._input_index(like)
         home = _arrays.shell(self._arrays[k][1])
         dt = np.dtype(dtype)
-        if not shape and home.library == "torch":
+        if not shape and home.library == "torch":        # 0-d results: views of batches
             take = _arrays.scalar_results(home, dt, self.alloc_stream)
             alloc = lambda obj: take()                                  # noqa: E731
-        elif home.library == "torch" and self.alloc_stream is None:
-            alloc = _arrays.allocator(home, shape, dt)
         else:
-            def alloc(obj, home=home, shape=shape, dt=dt, stream=self.alloc_stream):
-                got, arr = _arrays.empty(home, shape, dt, stream)
-                return got, arr.ptr
+            alloc = _arrays.allocator(home, shape, dt, self.alloc_stream)
         strides = _arrays._c_strides(shape)
         m = self._marker(home, shape, strides, dt, home.library)
         m.ptr -= m.ptr & _ALIGN_BITS            # a fresh allocation is aligned far beyond 16 bytes
@@ -277,18 +274,25 @@ class Programs(_launch.BoundedCache):
 
     ``plan(key, *arrays) -> Program`` makes the Program of a signature: the key
     holds everything it depends on (options, the arrays' signatures, the stream),
-    so the hot path builds nothing but the key."""
+    so the hot path builds nothing but the key. ``name``: the NVTX range of each
+    run (emitted when the ``nvtx`` package is there, as every device-wide call's)."""
 
-    __slots__ = ("plan",)
+    __slots__ = ("plan", "name")
 
-    def __init__(self, plan, limit=4096):
+    def __init__(self, plan, name, limit=4096):
         super().__init__(limit)
-        self.plan = plan
+        self.plan, self.name = plan, name
 
     def run(self, key, *arrays):
         """The Program of ``key`` (planned on a miss, or when it went stale) run on
         ``arrays``. An unhashable key (an option given as a list, say) plans a
         Program for this call only."""
+        if _launch.NVTX:
+            with _launch.nvtx_range(self.name):
+                return self._run(key, arrays)
+        return self._run(key, arrays)
+
+    def _run(self, key, arrays):
         try:
             prog = self.get(key)
         except TypeError:
