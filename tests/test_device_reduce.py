@@ -809,6 +809,26 @@ def test_scalar_results_from_batches_torch(rng):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
+@gpu_only
+@pytest.mark.parametrize("shape,axis", [((40, 33), 1), ((7, 5, 3), 0), ((3, 1030), 0), ((2, 3000), 0)])
+def test_small_results_from_batches_torch(rng, shape, axis):
+    """Small torch results of any shape (up to SMALL_RESULT_BYTES) are carved from
+    batches too: each its own 16-byte-aligned C-contiguous elements, all valid after
+    more calls than a batch holds; larger ones are allocated per call."""
+    torch = pytest.importorskip("torch")
+    from cufold.host import arrays as _arrays
+    xs = [torch.randn(*shape, device="cuda") for _ in range(70)]
+    rs = [cufold.sum(x, axis=axis, keepdims=axis == 0) for x in xs]
+    nbytes = rs[0].numel() * 4
+    ptrs = {r.data_ptr() for r in rs}
+    assert len(ptrs) == len(rs) and all(p % 16 == 0 for p in ptrs)
+    assert all(r.is_contiguous() for r in rs)
+    assert all((r._base is not None) == (nbytes <= _arrays.SMALL_RESULT_BYTES) for r in rs)
+    for x, r in zip(xs, rs):
+        want = x.double().cpu().numpy().sum(axis=axis, keepdims=axis == 0)
+        np.testing.assert_allclose(r.cpu().numpy(), want, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("name", ["sum", "argmin", "max"])
 def test_express_contiguous_then_strided_same_length(rng, name):
     """A strided input of the length and dtype of an earlier contiguous one must not

@@ -375,3 +375,30 @@ def test_gpu_large(bins, algorithm, rng):
         assert np.array_equal(c, rc) and np.array_equal(e, re)
         k = (x * bins).astype(np.int32).clip(0, bins - 1)
         assert np.array_equal(host(H.bincount(dev(k), algorithm=algorithm)), np.bincount(k))
+
+
+# --- one launch, or a zeroing launch first ------------------------------------------------------
+
+@pytest.mark.parametrize("once_max", (1 << 14, 8), ids=("one-launch", "zeroed-first"))
+@pytest.mark.parametrize("algorithm", ("shared", "global_match"))
+def test_repeated_calls_one_launch_and_zeroed_first(rng, monkeypatch, once_max, algorithm):
+    """Up to ONCE_MAX_BINS bins a call is one launch whose scratch accumulator must be
+    left zero for the next call; above it, a zeroing launch runs first (and, for
+    float32 weights, a converting one after). Several calls of one signature on fresh
+    data, with and without weights, must each give NumPy's result."""
+    monkeypatch.setattr(H, "ONCE_MAX_BINS", once_max)
+    H._count_programs.clear()          # Programs planned under the other setting
+    for _ in range(3):
+        x = rng.random(N)
+        w = rng.standard_normal(N).astype(np.float32)
+        got, edges = host(H.histogram(dev(x), 64, (0.1, 0.9), algorithm=algorithm))
+        want, want_edges = np.histogram(x, 64, (0.1, 0.9))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(edges, want_edges)
+        got_w, _ = host(H.histogram(dev(x), 64, (0.1, 0.9), weights=dev(w), algorithm=algorithm))
+        assert got_w.dtype == np.float32
+        np.testing.assert_allclose(got_w, np.histogram(x, 64, (0.1, 0.9), weights=w.astype(np.float64))[0],
+                                   rtol=1e-4, atol=1e-4)
+        k = rng.integers(0, 50, N)
+        np.testing.assert_array_equal(host(H.bincount(dev(k), minlength=64, algorithm=algorithm)),
+                                      np.bincount(k, minlength=64))

@@ -719,3 +719,24 @@ def test_every_call_opens_an_nvtx_range(monkeypatch):
     del opened[:]
     cufold.sum(x)
     assert opened == []
+
+
+def test_compiled_launcher_passes_the_driver_its_arguments():
+    """cufold.host.native.launch_kernel calls the function at ``entry`` with
+    cuLaunchKernel's C signature: here a ctypes callback standing in for the
+    driver records what it got (no GPU needed: the launcher is CPU code)."""
+    from cufold.host import native
+    got = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *([ctypes.c_uint] * 7),
+                             ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
+
+    def fake_cu_launch_kernel(*args):
+        got.append(args)
+        return 719            # a CUresult the caller must see
+
+    fake = proto(fake_cu_launch_kernel)
+    entry = ctypes.cast(fake, ctypes.c_void_p).value
+    function, stream, params = 0x7F12_3456_7890, 0x5555_0000_1234, 0x7FFF_0000_0008
+    res = native.launch_kernel(entry, function, 65535 * 4, 2, 3, 256, 1, 1, 49152, stream, params, 0)
+    assert res == 719
+    assert got == [(function, 65535 * 4, 2, 3, 256, 1, 1, 49152, stream, params, 0)]

@@ -38,6 +38,10 @@ def main():
     y, o, s = torch.empty_like(x), torch.empty((), device=dev), torch.cuda.current_stream()
     offsets = torch.linspace(0, x.numel(), 101, device=dev).to(torch.int64)
     arr = _arrays.describe(x)
+    m2 = torch.rand(32, 32, device=dev)
+    keys = torch.randint(0, 100, (1 << 10,), device=dev).sort().values
+    vals = torch.rand(1 << 10, device=dev, dtype=torch.float64)
+    acc = torch.zeros(100, device=dev, dtype=torch.float64)
     rows = [
         ("torch.sum", lambda: torch.sum(x)),
         ("cufold.sum", lambda: cufold.sum(x)),
@@ -52,6 +56,17 @@ def main():
         ("torch.var_mean", lambda: torch.var_mean(x)),
         ("cufold.segmented_reduce 100", lambda: cufold.segmented_reduce(x, offsets)),
         ("torch.segment_reduce 100", lambda: torch.segment_reduce(x, "sum", offsets=offsets)),
+        ("torch.sum(dim=1) 32x32", lambda: torch.sum(m2, 1)),
+        ("cufold.sum(axis=1) 32x32", lambda: cufold.sum(m2, axis=1)),
+        ("torch.argmax(dim=0) 32x32", lambda: torch.argmax(m2, 0)),
+        ("cufold.argmax(axis=0) 32x32", lambda: cufold.argmax(m2, axis=0)),
+        ("torch.index_add_", lambda: acc.index_add_(0, keys, vals)),
+        ("cufold.reduce_by_key_into check=False", lambda: cufold.reduce_by_key_into(keys, vals, acc, check=False)),
+        ("cufold.reduce_by_key_into", lambda: cufold.reduce_by_key_into(keys, vals, acc)),
+        ("torch.histc 64", lambda: torch.histc(x, 64, 0, 1)),
+        ("cufold.histogram 64", lambda: cufold.histogram(x, 64, (0, 1))),
+        ("torch.bincount", lambda: torch.bincount(xi, minlength=64)),
+        ("cufold.bincount", lambda: cufold.bincount(xi, minlength=64)),
         ("describe(torch)", lambda: _arrays.describe(x)),
         ("stream_handle", lambda: _arrays.stream_handle(arr)),
         ("programs.signature", lambda: _programs.signature(arr)),

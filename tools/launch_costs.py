@@ -146,6 +146,23 @@ def main():
         ("tiny: bound go", lambda: go1(7)),
         ("tiny: bindings", lambda: g1["_launch"](*g1["_cfg"])),
     ]
+    # A compiled launcher: a Numba (CPU) function calling libcuda's cuLaunchKernel by address.
+    try:
+        import numba
+        c_u64 = ctypes.c_uint64
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, c_u64, u, u, u, u, u, u, u, c_u64, c_u64, c_u64)
+        culaunch = proto(ctypes.cast(raw, ctypes.c_void_p).value)
+
+        @numba.njit
+        def njlaunch(f, gx, gy, gz, bx, by, bz, sh, st, params):
+            return culaunch(f, gx, gy, gz, bx, by, bz, sh, st, params, 0)
+        nj = (fint,) + tuple(int(d) for d in dims) + (sint, int(params))
+        t0 = time.perf_counter()
+        njlaunch(*nj)
+        print("njit launcher compile+first %.3f s" % (time.perf_counter() - t0))
+        rows.append(("njit launcher", lambda: njlaunch(*nj)))
+    except Exception as e:
+        print("no njit launcher:", type(e).__name__, e)
     try:
         import cupy
         lkc = cupy.cuda.driver.launchKernel

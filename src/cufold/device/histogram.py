@@ -39,9 +39,12 @@ take 250 us the same way: the binning, not the atomics (float32 arithmetic
 instead of float64, and skipping the edge lookups for items far from an edge,
 were measured and gained nothing). With many bins aggregation
 pays on global atomics (65536 bins, skewed: ``global_match`` 4.7 ms,
-``global`` 6.5 ms). Every call first zeroes the result and copies the edges
-into the call's own edges array (one small kernel): two launches (a third
-converts the float64 weight sums where the weights have another dtype).
+``global`` 6.5 ms). A call of up to ``ONCE_MAX_BINS`` bins is one launch: the
+blocks add into a scratch accumulator that every launch leaves zeroed, and the
+last block to finish (a ticket after a fence) moves it into the call's new result,
+converted, and copies the edges into the call's own edges array. More bins take
+a zeroing launch first (and a converting one after, for weights of a dtype
+other than float64).
 
 The host path (``cufold.host.programs``): a call runs a Program bound for its
 signature (the bins, the range, the arrays' layouts, the stream). The edges
@@ -248,51 +251,79 @@ _LIMITS = {"int": _no_limits, "uniform": _edge_limits, "edges": _edge_limits}
 
 
 @functools.lru_cache(maxsize=None)
-def hist_kernel(mode, weighted, algorithm, tile):
-    """The Python kernel ``(x, w, n, out, nbins, edges)``: adds the counts
-    (``out`` int64) or weight sums (``out`` float64) of ``x``'s items to ``out``
-    (zeroed by the caller). ``w`` is read only when weighted; ``edges`` (the
-    ``nbins + 1`` bin edges) by the histogram modes only, which also take the
-    range and the bin width from its first and last edge. The shared algorithms
-    need ``nbins x (8 if weighted else 4)`` bytes of dynamic shared memory."""
+def hist_kernel(mode, weighted, algorithm, tile, once, out_dtype):
+    """The Python kernel ``(x, w, n, target, done, out, nbins, edges, edges_out,
+    nedges)``: adds the counts (``target`` int64) or weight sums (``target``
+    float64) of ``x``'s items to ``target``. ``w`` is read only when weighted;
+    ``edges`` (the ``nbins + 1`` bin edges) by the histogram modes only, which also
+    take the range and the bin width from its first and last edge. The shared
+    algorithms need ``nbins x (8 if weighted else 4)`` bytes of dynamic shared memory.
+
+    ``once=False``: ``target`` is the result, zeroed by the caller (``done``,
+    ``out``, ``edges_out`` and ``nedges`` unused). ``once=True``, the whole call in
+    one launch: ``target`` is a scratch accumulator that is all zeros at the start
+    of every launch, ``done`` a uint32 counter, zero likewise. Each block adds its
+    share to ``target``, then takes a ticket; the last block (all others' adds
+    visible through the fence before their tickets) moves ``target`` into ``out``
+    (converted to ``out_dtype``), reading it at L2 and leaving it zero again,
+    copies ``edges[:nedges]`` to ``edges_out`` and resets ``done``."""
     nt = tile.nt
     match = algorithm.endswith("_match")
-    out_dt = np.float64 if weighted else np.int64
-    conv = np.dtype(out_dt).type
+    acc_dt = np.float64 if weighted else np.int64
+    conv = np.dtype(acc_dt).type
+    conv_out = np.dtype(out_dtype).type
     limits = _LIMITS[mode]
-    if algorithm.startswith("global"):
-        process = _process(mode, weighted, match, out_dt, tile)
-
-        def hist_global(x, w, n, out, nbins, edges):
-            lo, norm, e0, eN = limits(edges, nbins)
-            process(x, w, n, out, nbins, edges, lo, norm, e0, eN)
-
-        return hist_global
-
+    private_bins = algorithm.startswith("shared")
     smem_dt = np.float64 if weighted else np.int32
-    process = _process(mode, weighted, match, smem_dt, tile)
+    process = _process(mode, weighted, match, smem_dt if private_bins else acc_dt, tile)
     # The simulator sizes dynamic shared arrays by dtype.itemsize: it needs a dtype instance.
     smem_type = np.dtype(smem_dt) if SIMULATOR else smem_dt
+    zero = conv(0)
 
-    def hist_shared(x, w, n, out, nbins, edges):
-        private = cuda.shared.array(0, smem_type)
+    def hist(x, w, n, target, done, out, nbins, edges, edges_out, nedges):
         lo, norm, e0, eN = limits(edges, nbins)
         tid = cuda.threadIdx.x
-        b = tid
-        while b < nbins:
-            private[b] = 0
-            b += nt
-        cuda.syncthreads()
-        process(x, w, n, private, nbins, edges, lo, norm, e0, eN)
-        cuda.syncthreads()
-        b = tid
-        while b < nbins:                        # the merge: one atomic per non-zero bin
-            c = private[b]
-            if c != 0:
-                cuda.atomic.add(out, b, conv(c))
-            b += nt
+        if private_bins:
+            private = cuda.shared.array(0, smem_type)
+            b = tid
+            while b < nbins:
+                private[b] = 0
+                b += nt
+            cuda.syncthreads()
+            process(x, w, n, private, nbins, edges, lo, norm, e0, eN)
+            cuda.syncthreads()
+            b = tid
+            while b < nbins:                        # the merge: one atomic per non-zero bin
+                c = private[b]
+                if c != 0:
+                    cuda.atomic.add(target, b, conv(c))
+                b += nt
+        else:
+            process(x, w, n, target, nbins, edges, lo, norm, e0, eN)
+        if once:
+            last = cuda.shared.array(1, np.int32)
+            cuda.threadfence()
+            cuda.syncthreads()
+            if tid == 0:
+                last[0] = 1 if cuda.atomic.add(done, 0, 1) == cuda.gridDim.x - 1 else 0
+            cuda.syncthreads()
+            if last[0] == 1:
+                cuda.threadfence()
+                b = tid
+                while b < nbins:
+                    # read at L2, where the adds are (no float64 atomic exchange):
+                    # every other block is done, so the reset cannot lose an add
+                    out[b] = conv_out(cuda.atomic.add(target, b, zero))
+                    target[b] = zero
+                    b += nt
+                e = tid
+                while e < nedges:
+                    edges_out[e] = edges[e]
+                    e += nt
+                if tid == 0:
+                    done[0] = 0
 
-    return hist_shared
+    return hist
 
 
 @functools.lru_cache(maxsize=None)
@@ -374,25 +405,50 @@ def _check_algorithm(algorithm, nbins, weighted):
                          % (algorithm, nbins, "float64" if weighted else "int32", SHARED_BYTES))
 
 
+#: Calls of at most this many bins run in one launch (``hist_kernel(once=True)``), with a
+#: zeroed accumulator per (device, stream, bins, type) kept between calls; more bins
+#: are zeroed by a launch of their own (``start_kernel``) and counted in place.
+ONCE_MAX_BINS = 1 << 14
+_accumulators = _launch.BoundedCache(256)
+
+
+def _accumulator(device_id, stream, nbins, weighted):
+    """(target, done): the zeroed scratch of one-launch calls on this stream."""
+    key = (device_id, stream, nbins, weighted)
+    got = _accumulators.get(key)
+    if got is None:
+        ws = _launch.zeros(device_id, stream, 8 * nbins + 8)
+        got = _accumulators.put(key, (ws.view(np.float64 if weighted else np.int64, (nbins,), 0),
+                                      ws.view(np.uint32, (1,), 8 * nbins)))
+    return got
+
+
 def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
-    """Add to Program builder ``b``: zero ``out`` (``nbins`` of int64 or float64)
-    and copy ``edges`` (the ``nbins + 1`` edges the histogram modes bin by) to
-    ``edges_out`` where given, then add ``x``'s ``n`` items to ``out``."""
+    """Add to Program builder ``b`` the counting of ``x``'s ``n`` items (weights
+    ``w``) into ``out`` (``nbins`` new elements: int64 counts, or weight sums of any
+    float dtype), and the copy of ``edges`` (the ``nbins + 1`` edges the histogram
+    modes bin by) to ``edges_out`` where given: one launch for up to
+    ``ONCE_MAX_BINS`` bins, else a zeroing launch and a counting one."""
     weighted = w is not None
-    if edges_out is None:
-        _start(b, out, nbins, edges, edges, 0)
-    else:
-        _start(b, out, nbins, edges, edges_out, nbins + 1)
-    if n == 0:
-        return
     if algorithm is None:
         algorithm = choose(n, nbins, weighted, b.device_id)
     _check_algorithm(algorithm, nbins, weighted)
     if algorithm.endswith("_match") and nbins >= 2**31:
         algorithm = algorithm[:-len("_match")]     # match_any compares the bins as int32
+    acc_dt = np.dtype(np.float64 if weighted else np.int64)
+    once = nbins <= ONCE_MAX_BINS
+    nedges = 0 if edges_out is None else nbins + 1
+    if once:
+        target, done = _accumulator(b.device_id, b.stream, nbins, weighted)
+    else:
+        target = out
+        if out.dtype != acc_dt:
+            target = b.output(x, (nbins,), acc_dt)     # weights add up in float64, then converted
+        _start(b, target, nbins, edges, edges if edges_out is None else edges_out, nedges)
+        done = _dummy(b.device_id, b.stream).view(np.uint32, (1,), 0)
     tile = _tile()
     chunk = tile.nt * tile.vt
-    blocks = -(-n // chunk)
+    blocks = max(1, -(-n // chunk))
     resident = sm_count(b.device_id) * max(1, 2048 // tile.nt)
     smem = 0
     if algorithm.startswith("shared"):
@@ -401,9 +457,12 @@ def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
         grid = min(blocks, resident, max(sm_count(b.device_id), n // (4 * nbins)))
     else:
         grid = min(blocks, resident)
-    b.launch(hist_kernel(mode, weighted, algorithm, tile), ("hist", mode, weighted, algorithm, tile),
-             max(1, grid), tile.nt, (x, w if weighted else x, np.int64(n), out, np.int64(nbins), edges),
-             shared=smem)
+    b.launch(hist_kernel(mode, weighted, algorithm, tile, once, out.dtype),
+             ("hist", mode, weighted, algorithm, tile, once, out.dtype), max(1, grid), tile.nt,
+             (x, w if weighted else x, np.int64(n), target, done, out, np.int64(nbins), edges,
+              edges if edges_out is None else edges_out, np.int64(nedges)), shared=smem)
+    if not once and target is not out:
+        _copy(b, target, out, nbins)
 
 
 def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, alloc_stream):
@@ -424,12 +483,7 @@ def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, al
         return b.build()
     counts = b.output(xs, (nbins,), np.int64 if w is None else w.dtype)
     edges_out = b.output(xs, (nbins + 1,), edges.dtype)           # each call's own
-    acc = counts
-    if w is not None and counts.dtype != np.float64:
-        acc = b.output(xs, (nbins,), np.float64)                  # weights add up in float64, then converted
-    _count(b, mode, xs, ws, a.size, acc, nbins, edges, algorithm, edges_out)
-    if acc is not counts:
-        _copy(b, acc, counts, nbins)
+    _count(b, mode, xs, ws, a.size, counts, nbins, edges, algorithm, edges_out)
     return b.build(lambda got: (got[0], got[1]))
 
 

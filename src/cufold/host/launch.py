@@ -338,9 +338,10 @@ _drv = None
 _drv_lock = threading.Lock()
 
 
-#: Which binding calls cuLaunchKernel: ``bindings`` (cuda.bindings.driver, the
-#: faster one where measured), ``ctypes`` (libcuda through ctypes), or
-#: ``auto`` (bindings when importable). ``CUFOLD_LAUNCH_API`` sets it.
+#: Which binding calls cuLaunchKernel: ``compiled`` (a Numba CPU function calling
+#: the driver's entry point: :mod:`cufold.host.native`, the cheapest), ``bindings``
+#: (cuda.bindings.driver), ``ctypes`` (libcuda through ctypes), or ``auto``
+#: (the first of these that works). ``CUFOLD_LAUNCH_API`` sets it.
 LAUNCH_API = os.environ.get("CUFOLD_LAUNCH_API", "auto").strip().lower()
 
 #: Check the thread's current CUDA context before every launch (True), or only
@@ -388,7 +389,24 @@ class _Driver:
         self.check_ctx = CHECK_CONTEXT if CHECK_CONTEXT is not None else n.value != 1
         api = (api or LAUNCH_API)
         self.api = None
-        if api in ("auto", "bindings"):
+        self.launch_entry = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+        if api in ("auto", "compiled"):
+            try:
+                from . import native
+                # compiled (or loaded from Numba's cache) here, once, not in a launch
+                native.launch_kernel.compile((nbtypes.int64,) * 12)
+                self.launch = functools.partial(native.launch_kernel, self.launch_entry)
+                self.launch_compiled = native.launch_kernel
+                self._func_type = int
+                self._stream_type = _stream_int
+                self.ok = 0
+                self.api = "compiled"
+            except Exception as e:
+                if api == "compiled":
+                    raise
+                warnings.warn("cufold: the compiled launcher is unavailable (%s: %s); launching through "
+                              "cuda.bindings" % (type(e).__name__, e))
+        if self.api is None and api in ("auto", "bindings"):
             try:
                 from cuda.bindings import driver as cbd
                 self.launch = cbd.cuLaunchKernel
@@ -440,6 +458,10 @@ class _Driver:
         if self._err_name(rc, ctypes.byref(out)) == 0 and out.value:
             return "%s (%d)" % (out.value.decode(), rc)
         return "CUDA error %d" % rc
+
+
+def _stream_int(h):
+    return int(h or 0)
 
 
 def _error_code(res):
@@ -671,7 +693,7 @@ class Kernel:
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * max(self._nparams, 1))(
             *[base + _FIELD * i for i in range(self._nparams)] or [0])
-        self._params = ctypes.addressof(self._ptrs) if self._nparams else None
+        self._params = ctypes.addressof(self._ptrs) if self._nparams else 0
         self._pack = self.plan.build_packer(self._buf)
         self._ctx_out = ctypes.c_void_p()
         self._ctx_addr = ctypes.addressof(self._ctx_out)
@@ -964,7 +986,11 @@ class Bound:
         gx, gy, gz = (grid, 1, 1) if grid.__class__ is int else _dim3(grid)
         bx, by, bz = (block, 1, 1) if block.__class__ is int else _dim3(block)
         drv = _driver()
-        if drv.api == "ctypes" and not drv.check_ctx:
+        if drv.api == "compiled":
+            launch, ok = drv.launch_compiled, 0
+            cfg = (drv.launch_entry, int(func), gx, gy, gz, bx, by, bz, shared_bytes, stream or 0,
+                   ctypes.addressof(self._ptrs), 0)
+        elif drv.api == "ctypes" and not drv.check_ctx:
             # Every argument converted once: the call only unwraps them (the
             # cheapest way into the driver from Python).
             u, vp = ctypes.c_uint, ctypes.c_void_p
@@ -999,12 +1025,12 @@ class Bound:
             else:
                 raise ValueError("cufold: Kernel.bind varies 1-D arrays and integers only, not %s" % ty)
         # Several GPUs: make this device's context current first (Kernel.launch does the same).
-        lines.append("        res = _launch_in_ctx(_kernel, _ctx, _drv, _cfg)" if drv.check_ctx else
+        lines.append("        res = _launch_in_ctx(_launch, _ctx, _drv, _cfg)" if drv.check_ctx else
                      "        res = _launch(*_cfg)")
         lines.append("    if res != _ok:")
         lines.append("        _fail(res)")
         exec(compile("\n".join(lines) + "\n", "<cufold-bound>", "exec"), env)
-        self._ctx, self._cfg, self._lock = ctx, env["_cfg"], lock
+        self._ctx, self._cfg, self._lock, self._launch = ctx, env["_cfg"], lock, launch
         self._grid_text = "grid=%s block=%s stream=%#x" % (grid, block, stream or 0)
         self.go = env["go"]
 
@@ -1013,7 +1039,7 @@ class Bound:
         if _error_code(res) in _WRONG_CONTEXT and not drv.check_ctx:
             # this thread has no (or another device's) context current: adopt or push it
             with self._lock:
-                res = _launch_in_ctx(self.kernel, self._ctx, drv, self._cfg)
+                res = _launch_in_ctx(self._launch, self._ctx, drv, self._cfg)
             if res == drv.ok:
                 return
         raise LaunchError("cufold: launching kernel %s failed: %s; %s"
@@ -1070,19 +1096,19 @@ def _itemsize(ty):
     return np.dtype(as_dtype(ty.dtype)).itemsize
 
 
-def _launch_in_ctx(kernel, ctx, drv, cfg):
-    """cuLaunchKernel(*cfg) with ``ctx`` current (as :meth:`Kernel._launch_in`)."""
+def _launch_in_ctx(launch, ctx, drv, cfg):
+    """``launch(*cfg)`` with ``ctx`` current (as :meth:`Kernel._launch_in`)."""
     out = ctypes.c_void_p()
     drv.ctx_get(ctypes.addressof(out))
     cur = out.value
     if cur == ctx:
-        return drv.launch(*cfg)
+        return launch(*cfg)
     if cur is None:
         drv.ctx_set(ctx)
-        return drv.launch(*cfg)
+        return launch(*cfg)
     drv.ctx_push(ctx)
     try:
-        return drv.launch(*cfg)
+        return launch(*cfg)
     finally:
         drv.ctx_pop(ctypes.addressof(out))
 

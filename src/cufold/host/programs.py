@@ -117,8 +117,8 @@ class Builder:
         k = self._input_index(like)
         home = _arrays.shell(self._arrays[k][1])
         dt = np.dtype(dtype)
-        if not shape and home.library == "torch":        # 0-d results: views of batches
-            take = _arrays.scalar_results(home, dt, self.alloc_stream)
+        if _arrays.carves(home, shape, dt):              # small torch results: views of batches
+            take = _arrays.small_results(home, shape, dt, self.alloc_stream)
             alloc = lambda obj: take()                                  # noqa: E731
         else:
             alloc = _arrays.allocator(home, shape, dt, self.alloc_stream)
