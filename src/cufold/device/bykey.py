@@ -1286,8 +1286,9 @@ def _element(a, i):
         return _arrays.as_numba(a)[int(i)]
 
 
-def _raise_errors(st, epoch, keys, m, stream, device_id):
-    """After a checked call: synchronise; raise for the first bad key it recorded."""
+def _raise_errors(st, epoch, keys, m, stream, device_id, sorted_by=None):
+    """After a checked call: synchronise; raise for the first bad key it recorded.
+    ``sorted_by``: what needs sorted keys (default: ``deterministic=True``)."""
     _readback.synchronize(stream, device_id)
     if not st.flagged(epoch):
         return
@@ -1301,6 +1302,10 @@ def _raise_errors(st, epoch, keys, m, stream, device_id):
         if slot == 0:
             raise IndexError("cufold: key %d at position %d is out of range for out of length %d"
                              % (int(_element(keys, pos)), pos, m))
+        if sorted_by is not None:
+            raise ValueError("cufold: %s needs keys sorted (non-decreasing); keys[%d] = %d follows keys[%d] = %d. "
+                             "Sort keys and values by key first, or pass algorithm=None"
+                             % (sorted_by, pos, int(_element(keys, pos)), pos - 1, int(_element(keys, pos - 1))))
         raise ValueError(
             "cufold: deterministic=True needs keys sorted (grouped into runs); keys[%d] = %d follows "
             "keys[%d] = %d. Sort keys and values by key first (a stable sort), or pass "
@@ -1389,6 +1394,8 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         >>> cufold.reduce_by_key_into(cells, mass, cupy.full(3, -cupy.inf), cufold.maximum)
         array([2., 4., 5.])
     """
+    if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
+        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
     o = _arrays.describe(out, "out")
     k = _arrays.describe(keys, "keys")
     v = _arrays.describe(values, "values")
@@ -1401,6 +1408,14 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     else:
         _bykey_programs.run(key, k, v, o)
     return out
+
+
+_SEQUENCES = (tuple, list)
+
+
+def _tuple():
+    from . import bykey_tuple     # imports this module
+    return bykey_tuple
 
 
 def _quiet_status(device_id, stream):

@@ -1,0 +1,681 @@
+"""Tuple values by key: ``reduce_by_key_into`` with ``values`` and ``out`` tuples of arrays.
+
+``out[f][key]`` is field ``f`` of ``op((out[0][key], out[1][key], ...), value)`` for every
+pair, ``out`` a tuple of equally long 1-D arrays (one per field of the operator's value,
+dtypes may differ: an int64 count beside float64 sums) and ``values`` a tuple of equally
+long 1-D arrays as long as ``keys`` (one per field), or one array where the operator
+lifts it (below). What ``out`` held is an operand: keys nothing reaches keep it.
+
+Paths (``ALGORITHMS``; ``algorithm=None`` picks per operator as listed; each can be
+forced with ``algorithm=`` to time it):
+
+==============  ==========================================================================
+``warp``        field-wise operators (``plus``, ``minimum``, ``maximum``, the bit
+                operators: ``Op.fieldwise``) and ``minmax``: seed 001's warp aggregation
+                on the whole tuple (``match_any`` peers, ``reduce_peers`` once per key
+                and 32 elements), then one atomic per field by the group's first lane:
+                the hardware atomic where the field's operator and dtype have one
+                (``plus`` on all six 32/64-bit dtypes, min/max on integers), else the
+                compare-and-swap loop of the one-field path (float min/max, NaN as
+                ``np.minimum.at``). A row of 32 distinct keys skips the aggregation.
+                ``minmax`` is field-wise here (``minimum`` on field 0, ``maximum`` on
+                field 1): one packed 64-bit atomic cannot take the min of one half and
+                the max of the other. Needs 32/64-bit out fields.
+``atomic``      the same updates, one per element (no aggregation): the baseline.
+``packed``      ``argmin``/``argmax`` whose value field is 32 bits (float32, int32,
+                uint32 ``out[0]``) and whose position fits 32 bits (an int32/uint32
+                position field, or positions lifted from one ``values`` array with
+                ``n < 2**32 - 1``): each pair becomes one uint64 word, high word the
+                value under an order-preserving map (float: sign-flipped bits; NaN
+                above +inf for argmax, below -inf for argmin; -0.0 as +0.0), low word
+                the position (``~position`` for argmax) so that one 64-bit
+                ``atomicMax``/``atomicMin`` keeps the greatest value at its *first*
+                position, NaN winning as in ``numpy.argmax``. The words gather in a
+                per-key uint64 buffer (new memory of ``out``'s library, ``8 x len(out)``
+                bytes), warp-aggregated first as ``warp`` does; three launches: fill the
+                buffer with the identity's word, scatter, and a finishing pass that
+                decodes each reached key's word and folds it into ``out`` with the
+                operator (``out``'s prior (value, position) is the earlier operand, so
+                its ties win when its position is smaller). Cost beyond ``warp``: two
+                passes over ``len(out)`` words.
+``two_pass``    ``welford`` with one ``values`` array (each value lifted to the state
+                ``(1, x, 0)``; out = (count, mean, M2), floating point): counts and
+                sums by key (``warp`` with hardware float64 atomic adds into a per-key
+                float64 buffer), each key's mean, then the sum of squared deviations
+                from it (``warp`` again), then Chan's merge of each reached key's
+                ``(count, mean, M2)`` into ``out``. Five launches; exact enough where
+                the sum-of-squares form cancels (values near 1e6 with spread 1).
+``sorted``      every operator, keys **sorted** (non-decreasing; checked with
+                ``check=True``): per-key CSR offsets from the sorted keys (one thread
+                per boundary), then cufold's merge-path segmented reduction
+                (``device.segmented``) over the ``len(out)`` key segments, each folded
+                in input order, and one update of each reached key, ``out[k] =
+                op(out[k], total)``: no atomics, the same bits every run,
+                non-commutative operators fold in sequence. Lifted values are first
+                gathered into per-field arrays.
+``grouped``     ``sorted`` after the stable radix grouping (``device.radix``) of the
+                pairs' *positions* by key, the fields then gathered in grouped order:
+                keys in any order. What ``deterministic=True`` runs (floating point),
+                what non-commutative operators run, and every other tuple (a user
+                ``Op``, ``argmin``/``argmax`` of 64-bit fields, ``welford`` of tuple
+                states): nothing is lost and nothing serialises on a hot key (a
+                compare-and-swap loop on one packed word would serve tuples of 64 bits
+                at most; it is not built: measure ``grouped`` first).
+==============  ==========================================================================
+
+Lifts (one ``values`` array, an ``out`` of more fields): ``argmin``/``argmax`` with an
+``out`` pair take ``(values[i], i)`` (the position in ``values``, as ``cufold.argmax(x)``);
+``welford`` with an ``out`` triple takes ``(1, values[i], 0)``.
+
+dtypes: each value field is cast to its ``out`` field, which must hold it (NumPy's
+``safe`` casting; a lifted position needs an integer field holding ``n - 1``). The
+accumulation happens in ``out``'s dtypes. Bad keys, ``check=`` and ``stream=`` as in
+``cufold.device.bykey`` (same status words, the same synchronisation).
+"""
+
+import collections
+import functools
+
+import numpy as np
+from numba import cuda
+
+from .. import _codegen, warp
+from ..ops import Op, argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
+from ..values import ValueType
+from ..host import arrays as _arrays, programs as _programs
+from . import bykey as _bk, radix, segmented as _seg
+
+__all__ = ["ALGORITHMS", "reduce_into", "path_for"]
+
+ALGORITHMS = ("warp", "atomic", "packed", "two_pass", "sorted", "grouped")
+SIMULATOR = _bk.SIMULATOR
+FULL_MASK = _bk.FULL_MASK
+#: threads and block cap of the per-key passes (fill, decode, offsets, gathers)
+EACH_NT = 64 if SIMULATOR else 256
+EACH_CAP = 4 if SIMULATOR else 1 << 14
+U32_MAX = (1 << 32) - 1
+
+Spec = collections.namedtuple("Spec", "algorithm lift key_dt in_vt out_vt ops reduce_op wide tile")
+Spec.__doc__ = """A tuple scatter kernel: ``lift`` says how an element becomes a value of
+``out_vt`` (``none``, ``index``, ``count``, ``sqdev``, or ``("pack", largest, pos_kind,
+lifted)``: the packed word of ``in_vt = (value dtype of out, position dtype)``), ``ops``
+the per-field atomic operators, ``reduce_op`` what the warp aggregation combines with."""
+
+
+# --- loads ------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _encoders(val_dt, pos_kind, largest):
+    """Device functions ``encode(x, p) -> uint64`` and ``decode(w) -> (x, p)`` of the packed
+    argmax (``largest``) / argmin word. ``val_dt``: float32, int32 or uint32; ``pos_kind``:
+    'i' (signed 32-bit positions), 'u' (unsigned, and lifted positions < 2**32 - 1)."""
+    env = {"U32": np.uint32, "U64": np.uint64, "F": val_dt.type, "I32": np.int32,
+           "P": np.int64, "TOP": np.uint32(0x80000000), "ALL": np.uint32(0xFFFFFFFF)}
+    enc, dec = ["def encode(x, p):"], ["def decode(w):", "    h = U32(w >> U64(32))", "    lo = U32(w & U64(0xFFFFFFFF))"]
+    if val_dt.kind == "f":
+        nan_word = "ALL" if largest else "U32(0)"
+        enc += ["    if x != x:", "        h = %s" % nan_word, "    else:",
+                "        b = U32(0) if x == 0 else x.view(U32)",        # -0.0 as +0.0
+                "        h = U32(~b) if (b & TOP) != U32(0) else U32(b | TOP)"]
+        dec += ["    if h == %s:" % nan_word, "        x = F(np.nan)", "    else:",
+                "        b = U32(h & ~TOP) if (h & TOP) != U32(0) else U32(~h)",
+                "        x = b.view(F)"]
+    elif val_dt.kind == "i":
+        enc.append("    h = U32(U32(x) ^ TOP)")
+        dec.append("    x = F(I32(U32(h ^ TOP)))")
+    else:
+        enc.append("    h = U32(x)")
+        dec.append("    x = F(h)")
+    enc.append("    q = U32(U32(p) ^ TOP)" if pos_kind == "i" else "    q = U32(p)")
+    if largest:
+        enc.append("    q = U32(~q)")
+        dec.append("    lo = U32(~lo)")
+    dec.append("    p = P(I32(U32(lo ^ TOP)))" if pos_kind == "i" else "    p = P(lo)")
+    enc.append("    return U64(U64(h) << U64(32)) | U64(q)")
+    dec.append("    return x, p")
+    return (_codegen.build("\n".join(enc) + "\n", "encode", env),
+            _codegen.build("\n".join(dec) + "\n", "decode", env))
+
+
+@functools.lru_cache(maxsize=None)
+def _loader(spec):
+    """Device function ``load(keys, values, n, m, i) -> (idx, value, ok, bad)`` (see
+    ``bykey._loader``): ``value`` a tuple of ``spec.out_vt``, lifted as ``spec.lift`` says;
+    0 where not ``ok``."""
+    out_vt, in_vt = spec.out_vt, spec.in_vt
+    ct = np.uint32 if spec.key_dt.itemsize <= 4 and not spec.wide else np.uint64
+    env = {"IT": np.int64 if spec.wide else np.int32, "CT": ct, "F64": np.float64}
+    env.update(out_vt._env())
+    k = out_vt.arity
+    zero = out_vt._pack(["T%d(0)" % f for f in range(k)])
+    lift = spec.lift
+    body = []
+    if lift == "none":
+        value = out_vt._pack(["T%d(values[%d][u])" % (f, f) for f in range(k)])
+    elif lift == "index":
+        value = "(T0(values[u]), T1(i))"
+    elif lift == "count":
+        value = "(T0(1), T1(values[u]))"
+    elif lift == "sqdev":
+        body = ["        d = F64(values[0][u]) - values[1][np.uint64(k)] if ok else F64(0)"]
+        value = "(T0(d * d),)"
+    else:                         # ("pack", largest, pos_kind, lifted): one packed word
+        _, largest, pos_kind, lifted = lift
+        env["encode"] = _encoders(in_vt.fields[0], pos_kind, largest)[0]
+        env["V"] = in_vt.fields[0].type
+        value = "(encode(V(values[u]), i),)" if lifted else "(encode(V(values[0][u]), values[1][u]),)"
+    lines = ["def load(keys, values, n, m, i):",
+             "    if i < n:",
+             "        u = np.uint64(i)",
+             "        k = keys[u]",
+             "        ok = CT(k) < CT(m)"] + body + [
+             "        return (IT(k) if ok else IT(-1)), %s, ok, not ok" % value,
+             "    return IT(-1), %s, False, False" % zero]
+    return _codegen.build("\n".join(lines) + "\n", "load", env)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_updater(ops, out_vt, wide):
+    """Device function ``update(outs, bits, idx, v)``: field ``f`` of ``v`` into
+    ``outs[f][idx]`` with ``ops[f]``'s atomic (``bykey._updater``: hardware or a CAS loop on
+    ``bits[f]``, the field's integer view)."""
+    env, lines = {}, ["def update(outs, bits, idx, v):"]
+    for f, (fop, dt) in enumerate(zip(ops, out_vt.fields)):
+        env["u%d" % f] = _bk._updater(fop, dt, _bk._atomic_mode(fop, dt), wide)
+        lines.append("    u%d(outs[%d], bits[%d], idx, v[%d])" % (f, f, f, f))
+    return _codegen.build("\n".join(lines) + "\n", "update", env)
+
+
+# --- the scatter kernel (warp, atomic; the passes of packed and two_pass) ---------------------
+
+@functools.lru_cache(maxsize=None)
+def scatter_kernel(spec):
+    """Kernel ``(keys, values, outs, bits, n, m, status, epoch)``: each warp takes spans of
+    ``32 x VT`` consecutive elements (rows of 32, coalesced), one tile of ``NT x VT`` per
+    block (a block-stride loop beyond ``bykey.GRID_CAP``). ``warp``: each row's lanes of one
+    key are ``match_any`` peers, reduced with ``spec.reduce_op`` on the whole tuple, and the
+    group's first lane updates every field (a row of distinct keys updates at once);
+    ``atomic``: one update per element."""
+    nt, vt = spec.tile.nt, spec.tile.vt
+    tile, span = nt * vt, 32 * vt
+    load = _loader(spec)
+    update = _field_updater(spec.ops, spec.out_vt, spec.wide)
+    record = _bk._record
+    if spec.algorithm == "warp":
+        find_peers = warp.peers(np.int64 if spec.wide else np.int32)
+        group_total = warp.reduce_peers(spec.reduce_op, spec.out_vt)
+
+        @cuda.jit(device=True)
+        def slot(outs, bits, idx, v, ok):
+            p = find_peers(idx)
+            lane = cuda.laneid
+            if cuda.all_sync(FULL_MASK, p == (1 << lane)):
+                if ok:
+                    update(outs, bits, idx, v)
+            else:
+                s = group_total(p, v)
+                if ok and cuda.ffs(p) - 1 == lane:
+                    update(outs, bits, idx, s)
+    else:
+        @cuda.jit(device=True)
+        def slot(outs, bits, idx, v, ok):
+            if ok:
+                update(outs, bits, idx, v)
+
+    def scatter(keys, values, outs, bits, n, m, status, epoch):
+        tiles = (n + (tile - 1)) // tile
+        offset = (cuda.threadIdx.x // 32) * span + cuda.laneid
+        t = np.int64(cuda.blockIdx.x)
+        while t < tiles:
+            first = t * tile + offset
+            for j in range(vt):
+                i = first + 32 * j
+                idx, v, ok, bad = load(keys, values, n, m, i)
+                if bad and epoch > 0:
+                    record(status, 0, epoch, i)
+                slot(outs, bits, idx, v, ok)
+            t += cuda.gridDim.x
+
+    return scatter
+
+
+# --- per-key passes ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def fill_kernel(vt):
+    """Kernel ``(arrays, count, value)``: ``arrays[f][k] = value[f]`` for ``k < count``."""
+    store, cast = vt.store, vt.cast
+
+    def fill(arrays, count, value):
+        k = np.int64(cuda.grid(1))
+        while k < count:
+            store(arrays, k, cast(value))
+            k += cuda.gridsize(1)
+
+    return fill
+
+
+@functools.lru_cache(maxsize=None)
+def packed_finish_kernel(op, out_vt, pos_kind):
+    """Kernel ``(words, outs, m, empty)``: each key's packed word (``empty``: nothing
+    reached it) decoded and folded into ``outs`` (``op(out, decoded)``)."""
+    decode = _encoders(out_vt.fields[0], pos_kind, op is argmax)[1]
+    combine, load, store, cast = op.combine(out_vt), out_vt.load, out_vt.store, out_vt.cast
+
+    def finish(words, outs, m, empty):
+        k = np.int64(cuda.grid(1))
+        while k < m:
+            w = words[np.uint64(k)]
+            if w != empty:
+                store(outs, k, combine(load(outs, k), cast(decode(w))))
+            k += cuda.gridsize(1)
+
+    return finish
+
+
+def welford_mean_kernel(count_sum, sq, m):
+    """Kernel: ``count_sum = (counts, sums)``: sums become each key's mean; ``sq[k] = 0``."""
+    k = np.int64(cuda.grid(1))
+    while k < m:
+        u = np.uint64(k)
+        c = count_sum[0][u]
+        if c > 0:
+            count_sum[1][u] = count_sum[1][u] / c
+        sq[0][u] = 0.0
+        k += cuda.gridsize(1)
+
+
+@functools.lru_cache(maxsize=None)
+def welford_finish_kernel(out_vt):
+    """Kernel ``(count_mean, sq, outs, m)``: each reached key's (count, mean, M2) merged
+    into ``outs`` by Chan's rule (``welford``)."""
+    combine = welford.combine(ValueType.of((np.float64,) * 3))
+    load, store, cast = out_vt.load, out_vt.store, out_vt.cast
+
+    def finish(count_mean, sq, outs, m):
+        k = np.int64(cuda.grid(1))
+        while k < m:
+            u = np.uint64(k)
+            c = count_mean[0][u]
+            if c > 0:
+                a = load(outs, k)
+                prior = (np.float64(a[0]), np.float64(a[1]), np.float64(a[2]))
+                store(outs, k, cast(combine(prior, (c, count_mean[1][u], sq[0][u]))))
+            k += cuda.gridsize(1)
+
+    return finish
+
+
+def iota_kernel(positions, n):
+    """Kernel: ``positions[i] = i``."""
+    i = np.int64(cuda.grid(1))
+    while i < n:
+        positions[np.uint64(i)] = i
+        i += cuda.gridsize(1)
+
+
+@functools.lru_cache(maxsize=None)
+def offsets_kernel(key_dt, caller_keys):
+    """Kernel ``(keys, n, m, offsets, status, epoch)``: for keys in non-decreasing order,
+    ``offsets[k]`` = the first position holding a key ``>= k`` (``k`` in ``[0, m]``): the
+    thread of boundary ``i`` (``0..n``) writes the keys between ``keys[i - 1]`` and
+    ``keys[i]``. A key outside ``[0, m)`` counts as -1 when negative, else as ``m``.
+    ``caller_keys``: record bad keys (status slot 0) and decreasing keys (slot 1) when
+    ``epoch > 0``."""
+    signed = key_dt.kind == "i"
+    K = key_dt.type
+
+    @cuda.jit(device=True)
+    def key_at(keys, m, i):
+        k = keys[np.uint64(i)]
+        if np.uint64(k) < np.uint64(m):
+            return np.int64(k), False
+        if signed and k < K(0):
+            return np.int64(-1), True
+        return np.int64(m), True
+
+    def offsets(keys, n, m, out, status, epoch):
+        i = np.int64(cuda.grid(1))
+        while i <= n:
+            prev = np.int64(-1)
+            if i > 0:
+                prev = key_at(keys, m, i - 1)[0]
+            cur = m
+            if i < n:
+                cur, bad = key_at(keys, m, i)
+                if caller_keys and epoch > 0:
+                    if bad:
+                        _bk._record(status, 0, epoch, i)
+                    if cur < prev:
+                        _bk._record(status, 1, epoch, i)
+            for k in range(prev + 1, cur + 1):
+                out[np.uint64(k)] = i
+            i += cuda.gridsize(1)
+
+    return offsets
+
+
+@functools.lru_cache(maxsize=None)
+def gather_kernel(lift, in_vt, acc_vt, by_position):
+    """Kernel ``(values, positions, n, gathered)``: ``gathered[j]`` = element ``p`` lifted
+    to ``acc_vt`` (``p = positions[j]`` when ``by_position``, else ``j``)."""
+    env = acc_vt._env()
+    k = acc_vt.arity
+    if lift == "index":
+        value = "(T0(values[p]), T1(p))"
+    elif lift == "welford":
+        value = "(T0(1), T1(values[p]), T2(0))"
+    else:
+        value = acc_vt._pack(["T%d(values[%d][p])" % (f, f) for f in range(k)])
+    src = ("def get(values, positions, j):\n"
+           "    p = np.uint64(positions[j]) if BY else np.uint64(j)\n"
+           "    return %s\n" % value)
+    env["BY"] = by_position
+    get = _codegen.build(src, "get", env)
+    store = acc_vt.store
+
+    def gather(values, positions, n, gathered):
+        j = np.int64(cuda.grid(1))
+        while j < n:
+            store(gathered, j, get(values, positions, np.uint64(j)))
+            j += cuda.gridsize(1)
+
+    return gather
+
+
+@functools.lru_cache(maxsize=None)
+def sorted_finish_kernel(op, out_vt):
+    """Kernel ``(offsets, totals, outs, m)``: ``outs[k] = op(outs[k], totals[k])`` for each
+    key whose segment is not empty (one writer per key: no atomics)."""
+    combine, load, store = op.combine(out_vt), out_vt.load, out_vt.store
+
+    def finish(offsets, totals, outs, m):
+        k = np.int64(cuda.grid(1))
+        while k < m:
+            u = np.uint64(k)
+            if offsets[u + np.uint64(1)] > offsets[u]:
+                store(outs, k, combine(load(outs, k), load(totals, k)))
+            k += cuda.gridsize(1)
+
+    return finish
+
+
+# --- choosing ---------------------------------------------------------------------------------
+
+def _each_grid(count):
+    return max(1, min(-(-count // EACH_NT), EACH_CAP))
+
+
+def _field_ops(op, out_vt):
+    """The per-field atomic operators of a field-wise path, or None."""
+    if op is minmax and out_vt.arity == 2:
+        return (minimum, maximum)
+    if op.fieldwise:
+        return (op,) * out_vt.arity
+    return None
+
+
+def _packable(op, in_vt, out_vt, lift, n):
+    """The position kind ('i', 'u') of a packed argmin/argmax, or None."""
+    if op not in (argmin, argmax) or out_vt.arity != 2:
+        return None
+    if out_vt.fields[0] not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)):
+        return None
+    if out_vt.fields[1].kind not in "iu":
+        return None
+    if lift == "index":
+        return "u" if n < U32_MAX else None
+    pos = in_vt.fields[1]
+    if pos.kind in "iu" and pos.itemsize <= 4 and in_vt.fields[0].itemsize <= 4:
+        return "i" if pos.kind == "i" else "u"
+    return None
+
+
+def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
+    """The path (one of ``ALGORITHMS``) of a call, after checking ``algorithm``."""
+    field_ops = _field_ops(op, out_vt)
+    atomic_fields = all(f in _bk.OUT_DTYPES for f in out_vt.fields)
+    floats = any(f.kind == "f" for f in out_vt.fields)
+    exact = field_ops is not None and not floats and all(
+        _bk._atomic_mode(o, f) == "hw" for o, f in zip(field_ops, out_vt.fields))
+    ordered = bool(deterministic) and not exact
+    if algorithm is None:
+        if ordered or not op.commutative:
+            return "grouped"
+        if field_ops is not None and atomic_fields:
+            return "warp"
+        if _packable(op, in_vt, out_vt, lift, n):
+            return "packed"
+        if op is welford and lift == "welford":
+            return "two_pass"
+        return "grouped"
+    if algorithm not in ALGORITHMS:
+        raise ValueError("cufold: algorithm %r does not take tuple values; for tuples choose from %s "
+                         "(cufold.device.bykey_tuple)" % (algorithm, ", ".join(ALGORITHMS)))
+    if algorithm in ("sorted", "grouped"):
+        return algorithm
+    if ordered:
+        raise ValueError("cufold: algorithm %r updates out in a varying order, so %s results are not "
+                         "reproducible bit for bit; deterministic=True needs algorithm='sorted' (or None)"
+                         % (algorithm, out_vt))
+    if not op.commutative:
+        raise ValueError("cufold: algorithm %r combines values in a varying order and needs a commutative "
+                         "operator; %s is not declared commutative" % (algorithm, op.name))
+    ok = {"warp": field_ops is not None and atomic_fields, "atomic": field_ops is not None and atomic_fields,
+          "packed": _packable(op, in_vt, out_vt, lift, n) is not None,
+          "two_pass": op is welford and lift == "welford"}[algorithm]
+    if not ok:
+        raise ValueError(
+            "cufold: algorithm %r cannot reduce %s values into out of %s with %s (warp/atomic: field-wise "
+            "operators and minmax on 32/64-bit fields; packed: argmin/argmax of a 32-bit value and position; "
+            "two_pass: welford of one values array); use None" % (algorithm, in_vt, out_vt, op.name))
+    return algorithm
+
+
+# --- host side --------------------------------------------------------------------------------
+
+def _lift_of(op, n_values, out_arity):
+    """How one ``values`` array becomes the operator's value (None: it does not)."""
+    if n_values != 1 or out_arity == 1:
+        return "none"
+    if op in (argmin, argmax) and out_arity == 2:
+        return "index"
+    if op is welford and out_arity == 3:
+        return "welford"
+    return None
+
+
+def _check_fields(op, lift, vals, outs, n):
+    """The value types (given, out) after the arity and dtype checks."""
+    out_vt = ValueType.of(tuple(o.dtype for o in outs))
+    if lift is None or (lift == "none" and len(vals) != len(outs)):
+        raise ValueError(
+            "cufold: out has %d field(s) but values has %d: %s reduces values of the arity of out (one array "
+            "per field; one values array lifts only for argmin/argmax into an out pair and welford into an "
+            "out triple)" % (len(outs), len(vals), op.name))
+    if lift == "none":
+        in_vt = ValueType.of(tuple(v.dtype for v in vals))
+        pairs = list(zip(in_vt.fields, out_vt.fields))
+    elif lift == "index":
+        in_vt = ValueType.of((vals[0].dtype, np.int64))
+        pairs = [(vals[0].dtype, out_vt.fields[0])]
+        pos = out_vt.fields[1]
+        if pos.kind not in "iu" or (n > 0 and np.iinfo(pos).max < n - 1):
+            raise TypeError("cufold: out[1] (the positions) of dtype %s cannot hold the position %d of "
+                            "values; use an int64 array" % (pos, n - 1))
+    else:
+        in_vt = ValueType.of((vals[0].dtype,) * 3)
+        pairs = [(vals[0].dtype, f) for f in out_vt.fields]
+        if any(f.kind != "f" for f in out_vt.fields):
+            raise TypeError("cufold: welford by key needs floating-point out fields (count, mean, M2); got %s"
+                            % (out_vt,))
+    for f, (src, dst) in enumerate(pairs):
+        if src.kind not in "biuf" or not np.can_cast(src, dst, casting="safe"):
+            raise TypeError("cufold: out[%d] of dtype %s cannot hold values of dtype %s (NumPy's safe casting); "
+                            "give out[%d] a wider dtype" % (f, dst, src, f))
+    op.check(out_vt)
+    return in_vt, out_vt
+
+
+def _plan_key(key, *arrays):
+    """The Program of a tuple ``reduce_by_key_into`` signature ``key`` for ``arrays``: keys,
+    the value fields, the out fields (then the call's epoch where checked)."""
+    op, algorithm, deterministic, check, ksig, vsigs, osigs, handle = key
+    k, vals, outs = arrays[0], arrays[1:1 + len(vsigs)], arrays[1 + len(vsigs):1 + len(vsigs) + len(osigs)]
+    for a, name in [(k, "keys")] + [(v, "values") for v in vals] + [(o, "out") for o in outs]:
+        _bk._check_1d(a, name)
+    if k.size != vals[0].size:
+        raise ValueError("cufold: keys and values must be equally long; got %d and %d" % (k.size, vals[0].size))
+    if k.dtype.kind not in "iu":
+        raise TypeError("cufold: keys must have an integer dtype (signed or unsigned, any width); got %s" % k.dtype)
+    _arrays.same_device((k,) + vals + outs, "reduce_by_key_into's arrays")
+    op = as_op(op)
+    lift = _lift_of(op, len(vals), len(outs))
+    in_vt, out_vt = _check_fields(op, lift, vals, outs, k.size)
+    return _plan_program(op, lift, in_vt, out_vt, k, vals, outs, algorithm, bool(deterministic), bool(check),
+                         handle)
+
+
+_programs_by_key = _programs.Programs(_plan_key, "cufold.reduce_by_key_into (tuple)", 4096)
+
+
+def reduce_into(keys, values, out, op, algorithm, deterministic, check, stream):
+    """``reduce_by_key_into`` of tuple values or a tuple ``out`` (see the module doc)."""
+    vals = _arrays.describe_many(values if values.__class__ in (tuple, list) else (values,), "values")
+    outs = _arrays.describe_many(out if out.__class__ in (tuple, list) else (out,), "out")
+    k = _arrays.describe(keys, "keys")
+    handle = _arrays.stream_handle((k,) + vals + outs, stream)
+    sig = _programs.signature
+    key = (op, algorithm, deterministic, check, sig(k), tuple(map(sig, vals)), tuple(map(sig, outs)), handle)
+    if check:
+        _programs_by_key.run(key, k, *vals, *outs, _bk._status(outs[0].device_id, handle, True)[1])
+    else:
+        _programs_by_key.run(key, k, *vals, *outs)
+    return out
+
+
+def _bits_of(out, field_op):
+    """The array a field's update swaps words of: an integer view of a float field updated
+    by a compare-and-swap loop, else the field itself."""
+    if _bk._atomic_mode(field_op, out.dtype) == "cas" and out.dtype.kind == "f":
+        return _bk._bits_view(out)
+    return out
+
+
+def _tile():
+    t = _bk.tile_for("warp")
+    return t
+
+
+def _scatter(b, spec, keys, values, outs, bits, n, m, status, epoch):
+    tile = spec.tile
+    grid = max(1, min(-(-n // (tile.nt * tile.vt)), _bk.GRID_CAP))
+    b.launch(scatter_kernel(spec), ("bykey-tuple", spec), grid, tile.nt,
+             (keys, values, outs, bits, np.int64(n), np.int64(m), status, epoch))
+
+
+def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, deterministic, check, stream):
+    n, m, device_id = keys.size, outs[0].size, keys.device_id
+    path = path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic)
+    st = _bk._status(device_id, stream, False)[0] if check else None
+    b = _programs.Builder(device_id, stream)
+    ks = b.input(keys)
+    vs = tuple(b.input(v) for v in vals)
+    os_ = tuple(b.input(o) for o in outs)
+    epoch = b.value(np.int64(0)) if check else np.int64(0)
+    status = st.kernel if check else _bk._quiet_status(device_id, stream)
+    if n > 0:
+        _paths[path](b, op, lift, in_vt, out_vt, ks, vs, os_, n, m, status, epoch)
+        if check:
+            where = (device_id, stream)
+            b.guard(lambda: _bk._statuses.get(where) is st)
+            b.after(lambda arrays, values: _bk._raise_errors(
+                st, values[0], arrays[0], m, stream, device_id,
+                "algorithm='sorted' on tuple values" if path == "sorted" else None))
+    return b.build(lambda got: None)
+
+
+def _warp_path(algorithm):
+    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+        ops = _field_ops(op, out_vt)
+        wide = m > np.iinfo(np.int32).max
+        spec = Spec(algorithm, "index" if lift == "index" else "none", keys.dtype, in_vt, out_vt, ops, op, wide,
+                    _tile())
+        values = vals[0] if lift == "index" else vals
+        _scatter(b, spec, keys, values, outs, tuple(_bits_of(o, f) for o, f in zip(outs, ops)), n, m, status, epoch)
+    return add
+
+
+def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+    pos_kind = _packable(op, in_vt, out_vt, lift, n)
+    largest = op is argmax
+    word_vt = ValueType.of((np.uint64,))
+    words = b.output(keys, (max(m, 1),), np.uint64)
+    # the identity's word: below every real word for argmax (0), above for argmin (all ones)
+    empty = np.uint64(0) if largest else np.uint64((1 << 64) - 1)
+    b.launch(fill_kernel(word_vt), ("bykey-fill", word_vt), _each_grid(m), EACH_NT, ((words,), np.int64(m), (empty,)))
+    src_vt = ValueType.of((out_vt.fields[0], np.dtype(np.uint32 if pos_kind == "u" else np.int32)))
+    wide = m > np.iinfo(np.int32).max
+    pick = maximum if largest else minimum
+    spec = Spec("warp", ("pack", largest, pos_kind, lift == "index"), keys.dtype, src_vt, word_vt, (pick,), pick,
+                wide, _tile())
+    values = vals[0] if lift == "index" else vals
+    _scatter(b, spec, keys, values, (words,), (words,), n, m, status, epoch)
+    b.launch(packed_finish_kernel(op, out_vt, pos_kind), ("bykey-unpack", op, out_vt, pos_kind), _each_grid(m),
+             EACH_NT, (words, outs, np.int64(m), empty))
+
+
+def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+    f64 = np.dtype(np.float64)
+    cs_vt, sq_vt = ValueType.of((f64, f64)), ValueType.of((f64,))
+    count_sum = (b.output(keys, (max(m, 1),), f64), b.output(keys, (max(m, 1),), f64))
+    sq = (b.output(keys, (max(m, 1),), f64),)
+    wide = m > np.iinfo(np.int32).max
+    b.launch(fill_kernel(cs_vt), ("bykey-fill", cs_vt), _each_grid(m), EACH_NT, (count_sum, np.int64(m), (0.0, 0.0)))
+    x = vals[0]
+    spec = Spec("warp", "count", keys.dtype, ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide, _tile())
+    _scatter(b, spec, keys, x, count_sum, count_sum, n, m, status, epoch)
+    b.launch(welford_mean_kernel, ("bykey-mean",), _each_grid(m), EACH_NT, (count_sum, sq, np.int64(m)))
+    spec = Spec("warp", "sqdev", keys.dtype, ValueType.of((x.dtype, f64)), sq_vt, (plus,), plus, wide, _tile())
+    _scatter(b, spec, keys, (x, count_sum[1]), sq, sq, n, m, status, np.int64(0))   # bad keys: reported once
+    b.launch(welford_finish_kernel(out_vt), ("bykey-welford", out_vt), _each_grid(m), EACH_NT,
+             (count_sum, sq, outs, np.int64(m)))
+
+
+def _sorted_path(grouped):
+    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+        like = keys
+        values = vals[0] if lift in ("index", "welford") else vals
+        positions = None
+        if grouped:
+            pos_dt = np.dtype(np.uint32 if n < U32_MAX else np.uint64)
+            iota = b.output(like, (n,), pos_dt)
+            b.launch(iota_kernel, ("bykey-iota",), _each_grid(n), EACH_NT, (iota, np.int64(n)))
+            keys, positions, _ = radix.group(b, keys, iota, m, 0, radix.group_buffers(b, like, iota, m),
+                                             status=status, epoch=epoch, on_bad=_bk._record_out_of_range)
+            epoch = np.int64(0)
+        off = b.output(like, (m + 1,), np.int64)
+        b.launch(offsets_kernel(keys.dtype, not grouped), ("bykey-offsets", keys.dtype, not grouped),
+                 _each_grid(n + 1), EACH_NT, (keys, np.int64(n), np.int64(m), off, status, epoch))
+        if m == 0:
+            return
+        seg_in = in_vt if lift == "none" else out_vt
+        if grouped or lift != "none":
+            gathered = tuple(b.output(like, (n,), f) for f in out_vt.fields)
+            src_vt = in_vt if lift == "none" else ValueType.of(vals[0].dtype)
+            b.launch(gather_kernel(lift, src_vt, out_vt, grouped), ("bykey-gather", lift, src_vt, out_vt, grouped),
+                     _each_grid(n), EACH_NT, (values, positions if grouped else off, np.int64(n), gathered))
+            values, seg_in = gathered, out_vt
+        totals = tuple(b.output(like, (m,), f) for f in out_vt.fields)
+        init_value, has_init = _seg._start_value(op, out_vt, None, "reduce_by_key_into", never_empty=True)
+        spec = _seg.Spec(op, seg_in, out_vt, out_vt, _seg.tile_for(out_vt, n + m))
+        _seg._run_segments(b, spec, values, off, n, m, totals, init_value, has_init)
+        b.launch(sorted_finish_kernel(op, out_vt), ("bykey-sorted-finish", op, out_vt), _each_grid(m), EACH_NT,
+                 (off, totals, outs, np.int64(m)))
+    return add
+
+
+_paths = {"warp": _warp_path("warp"), "atomic": _warp_path("atomic"), "packed": _packed_path,
+          "two_pass": _two_pass_path, "sorted": _sorted_path(False), "grouped": _sorted_path(True)}
+
+del Op
