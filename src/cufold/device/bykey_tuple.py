@@ -111,7 +111,8 @@ def _encoders(val_dt, pos_kind, largest):
     'i' (signed 32-bit positions), 'u' (unsigned, and lifted positions < 2**32 - 1)."""
     env = {"U32": np.uint32, "U64": np.uint64, "F": val_dt.type, "I32": np.int32,
            "P": np.int64, "TOP": np.uint32(0x80000000), "ALL": np.uint32(0xFFFFFFFF)}
-    enc, dec = ["def encode(x, p):"], ["def decode(w):", "    h = U32(w >> U64(32))", "    lo = U32(w & U64(0xFFFFFFFF))"]
+    enc = ["def encode(x, p):"]
+    dec = ["def decode(w):", "    h = U32(w >> U64(32))", "    lo = U32(w & U64(0xFFFFFFFF))"]
     if val_dt.kind == "f":
         nan_word = "ALL" if largest else "U32(0)"
         enc += ["    if x != x:", "        h = %s" % nan_word, "    else:",
@@ -149,25 +150,29 @@ def _loader(spec):
     k = out_vt.arity
     zero = out_vt._pack(["T%d(0)" % f for f in range(k)])
     lift = spec.lift
+    # streaming loads (evict first: ``bykey.LOAD_HINT``); the index's sign bit cleared, or
+    # ``cuda.ldcs`` adds Numba's negative-index wraparound
+    get = "cuda.ldcs(%s, u)" if spec.tile.hint == "cs" else "%s[u]"
     body = []
     if lift == "none":
-        value = out_vt._pack(["T%d(values[%d][u])" % (f, f) for f in range(k)])
+        value = out_vt._pack(["T%d(%s)" % (f, get % ("values[%d]" % f)) for f in range(k)])
     elif lift == "index":
-        value = "(T0(values[u]), T1(i))"
+        value = "(T0(%s), T1(i))" % (get % "values")
     elif lift == "count":
-        value = "(T0(1), T1(values[u]))"
+        value = "(T0(1), T1(%s))" % (get % "values")
     elif lift == "sqdev":
-        body = ["        d = F64(values[0][u]) - values[1][np.uint64(k)] if ok else F64(0)"]
+        body = ["        d = F64(%s) - values[1][np.uint64(k)] if ok else F64(0)" % (get % "values[0]")]
         value = "(T0(d * d),)"
     else:                         # ("pack", largest, pos_kind, lifted): one packed word
         _, largest, pos_kind, lifted = lift
         env["encode"] = _encoders(in_vt.fields[0], pos_kind, largest)[0]
         env["V"] = in_vt.fields[0].type
-        value = "(encode(V(values[u]), i),)" if lifted else "(encode(V(values[0][u]), values[1][u]),)"
+        value = "(encode(V(%s), i),)" % (get % "values") if lifted else \
+            "(encode(V(%s), %s),)" % (get % "values[0]", get % "values[1]")
     lines = ["def load(keys, values, n, m, i):",
              "    if i < n:",
-             "        u = np.uint64(i)",
-             "        k = keys[u]",
+             "        u = np.uint64(i) & np.uint64(0x7FFFFFFFFFFFFFFF)",
+             "        k = %s" % (get % "keys"),
              "        ok = CT(k) < CT(m)"] + body + [
              "        return (IT(k) if ok else IT(-1)), %s, ok, not ok" % value,
              "    return IT(-1), %s, False, False" % zero]
@@ -222,18 +227,19 @@ def scatter_kernel(spec):
             if ok:
                 update(outs, bits, idx, v)
 
+    # one warp's span: every row's loads issued before the first row's collectives and
+    # atomics (which may alias them, so the compiler would not hoist the loads itself)
+    lines = ["def body(keys, values, outs, bits, n, m, status, epoch, first):"]
+    lines += _bk._span_loads([("%d" % j, 32 * j) for j in range(vt)])
+    lines += ["    slot(outs, bits, k%d, v%d, ok%d)" % (j, j, j) for j in range(vt)]
+    body = _codegen.build("\n".join(lines) + "\n", "body", {"load": load, "record": record, "slot": slot})
+
     def scatter(keys, values, outs, bits, n, m, status, epoch):
         tiles = (n + (tile - 1)) // tile
         offset = (cuda.threadIdx.x // 32) * span + cuda.laneid
         t = np.int64(cuda.blockIdx.x)
         while t < tiles:
-            first = t * tile + offset
-            for j in range(vt):
-                i = first + 32 * j
-                idx, v, ok, bad = load(keys, values, n, m, i)
-                if bad and epoch > 0:
-                    record(status, 0, epoch, i)
-                slot(outs, bits, idx, v, ok)
+            body(keys, values, outs, bits, n, m, status, epoch, t * tile + offset)
             t += cuda.gridDim.x
 
     return scatter
@@ -520,7 +526,7 @@ def _check_fields(op, lift, vals, outs, n):
 def _plan_key(key, *arrays):
     """The Program of a tuple ``reduce_by_key_into`` signature ``key`` for ``arrays``: keys,
     the value fields, the out fields (then the call's epoch where checked)."""
-    op, algorithm, deterministic, check, ksig, vsigs, osigs, handle = key
+    op, algorithm, deterministic, check, _, vsigs, osigs, handle = key
     k, vals, outs = arrays[0], arrays[1:1 + len(vsigs)], arrays[1 + len(vsigs):1 + len(vsigs) + len(osigs)]
     for a, name in [(k, "keys")] + [(v, "values") for v in vals] + [(o, "out") for o in outs]:
         _bk._check_1d(a, name)
@@ -537,6 +543,17 @@ def _plan_key(key, *arrays):
 
 
 _programs_by_key = _programs.Programs(_plan_key, "cufold.reduce_by_key_into (tuple)", 4096)
+_forget_one_field = _bk.plan.cache_clear
+
+
+def _forget_plans():
+    """``bykey.plan.cache_clear`` (tests and tools changing ``CUFOLD_BYKEY_*``) forgets
+    these Programs too: their tiles come from ``bykey.tile_for``."""
+    _forget_one_field()
+    _programs_by_key.clear()
+
+
+_bk.plan.cache_clear = _forget_plans
 
 
 def reduce_into(keys, values, out, op, algorithm, deterministic, check, stream):
@@ -563,8 +580,8 @@ def _bits_of(out, field_op):
 
 
 def _tile():
-    t = _bk.tile_for("warp")
-    return t
+    """The scatter kernels' tile: ``warp``'s (``bykey.tile_for``, ``CUFOLD_BYKEY_TILE``)."""
+    return _bk.tile_for("warp")
 
 
 def _scatter(b, spec, keys, values, outs, bits, n, m, status, epoch):
