@@ -333,3 +333,37 @@ def test_argument_errors(rng):
         into(k, (f64, f64), (o64, o64), AFFINE, algorithm="warp")
     with pytest.raises(TypeError, match=r"out\[0\] .*host|NumPy"):
         into(k, (f64, f64), (np.zeros(4), np.zeros(4)))
+
+
+# --- the benchmark (python -m cufold bench bykey-tuple) ------------------------------------------
+
+def test_bench_end_to_end(tmp_path):
+    """Every candidate on tiny shapes in the simulator (the peers skip without torch), checked
+    against NumPy, timed by the wall clock; targets and the accuracy line."""
+    import io
+    from test_bykey import _HostBackend
+    from cufold import bench
+    from cufold.bench import backends, bykey_tuple as BTB, report
+    from cufold.bench.timing import Settings
+    text = io.StringIO()
+    assert bench.main(["bykey-tuple", "--dry-run"], stdout=text, stderr=io.StringIO()) == 0
+    assert "cufold argmax by key" in text.getvalue() and "estimate:" in text.getvalue()
+    assert bench.main(["bykey-tuple", "--tasks", "nope"], stdout=io.StringIO(), stderr=io.StringIO()) == 2
+    env = backends.Env()
+    env.modules["cufold"] = cufold
+    settings = Settings(target_s=1e-4, min_reps=1, max_reps=2, warmup=0, est_reps=1, max_case_s=5)
+    cands = [c for c in BTB.candidates() if "[" not in c.label]      # the grouped paths: tested above
+    res = BTB.run(env, _HostBackend(), ["shuffled", "sorted"], list(BTB.TASKS), 600, 40, settings, progress=False,
+                  cands=cands)
+    by = {(r["case"], r["label"]): r for r in res["records"]}
+    for order in ("shuffled", "sorted"):
+        for label in (BTB.ARGMAX, BTB.MAX1, BTB.SUMS1, BTB.SUMS4, BTB.WELFORD):
+            assert by[(order, label)]["status"] == "ok", by[(order, label)]
+            assert by[(order, label)]["gpu_us"] > 0
+        assert by[(order, BTB.TORCH_W)]["status"] == "skipped"
+    out = BTB.format_results(res)
+    assert "== sorted keys" in out and "targets (bykey-tuple):" in out
+    evals = {e["name"]: e for e in BTB.evaluate(res)}
+    assert evals["shuffled: count+3 sums, 4 calls / one call"]["status"] in ("PASS", "MISS")
+    assert evals["welford near 1e6 +- 1: variance relative error"]["status"] == "PASS"
+    assert report.load_json(report.write_json(res, str(tmp_path / "r.json")))["meta"]["n"] == 40
