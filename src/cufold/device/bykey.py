@@ -100,6 +100,12 @@ kernels set only when they meet a bad key (``_Status``). With ``check=False`` th
 no synchronisation and bad keys are skipped silently (so a negative key can serve as
 "drop this element").
 
+Tuple values (``values`` and ``out`` tuples of arrays: a count beside sums, argmax
+pairs, Welford triples, your own tuple operators) run in ``cufold.device.bykey_tuple``,
+whose docstring says which path each operator takes (``warp``-aggregated field-wise
+atomics, a packed 64-bit atomic for argmin/argmax, two field-wise passes for Welford, a
+segmented reduction over sorted or grouped keys for the rest).
+
 Host side: a call runs one Program per signature (``cufold.host.programs``: the
 operator and options, the three arrays' layouts, the stream), planned on its first
 call: the grouping's passes, the launches and, with ``check=True``, the synchronisation
@@ -1368,8 +1374,15 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     ----------
     keys : 1-D CUDA array of any integer dtype (signed or not, 8..64 bits)
     values : 1-D CUDA array as long as ``keys``, of a dtype that casts to ``out``'s
-        under NumPy's ``same_kind`` rule (it is cast, then accumulated in ``out``'s dtype)
-    out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64
+        under NumPy's ``same_kind`` rule (it is cast, then accumulated in ``out``'s dtype);
+        or a tuple of such arrays, one per field of a tuple value
+    out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64; or a tuple
+        of equally long 1-D arrays, one per field of the operator's value (each must hold
+        its value field under NumPy's ``safe`` rule; ``argmin``/``argmax`` into an
+        ``out`` pair and ``welford`` into an ``out`` triple take one ``values`` array and
+        lift it: ``(values[i], i)``, ``(1, values[i], 0)``). Tuple paths:
+        ``cufold.device.bykey_tuple`` (``algorithm=`` one of
+        ``cufold.algorithms("reduce_by_key_tuple")``)
     op : cufold.Op or function; must be associative, and commutative except with
         ``algorithm='sorted'``. ``plus``, ``minimum`` and ``maximum`` (NaN propagates as
         in ``np.maximum.at``) use hardware atomics; others a compare-and-swap loop.
@@ -1393,6 +1406,13 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         array([2., 4., 9.])
         >>> cufold.reduce_by_key_into(cells, mass, cupy.full(3, -cupy.inf), cufold.maximum)
         array([2., 4., 5.])
+        >>> best = (cupy.full(3, -cupy.inf), cupy.full(3, -1))    # the maximum and its position
+        >>> cufold.reduce_by_key_into(cells, mass, best, cufold.argmax)
+        (array([2., 4., 5.]), array([1, 3, 4]))
+        >>> n, mean, m2 = (cupy.zeros(3) for _ in range(3))
+        >>> _ = cufold.reduce_by_key_into(cells, mass, (n, mean, m2), cufold.welford)
+        >>> mean, m2 / n
+        (array([2., 4., 3.]), array([0., 0., 2.66666667]))
     """
     if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
         return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
@@ -1414,7 +1434,7 @@ _SEQUENCES = (tuple, list)
 
 
 def _tuple():
-    from . import bykey_tuple     # imports this module
+    from . import bykey_tuple     # imports this module: imported on use
     return bykey_tuple
 
 

@@ -82,12 +82,13 @@ from numba import cuda
 from .. import _codegen, warp
 from ..ops import Op, argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
 from ..values import ValueType
-from ..host import arrays as _arrays, programs as _programs
+from ..host import arrays as _arrays, dispatch as _dispatch, programs as _programs
 from . import bykey as _bk, radix, segmented as _seg
 
 __all__ = ["ALGORITHMS", "reduce_into", "path_for"]
 
 ALGORITHMS = ("warp", "atomic", "packed", "two_pass", "sorted", "grouped")
+_dispatch.register("reduce_by_key_tuple", ALGORITHMS)
 SIMULATOR = _bk.SIMULATOR
 FULL_MASK = _bk.FULL_MASK
 #: threads and block cap of the per-key passes (fill, decode, offsets, gathers)
