@@ -367,3 +367,15 @@ def test_bench_end_to_end(tmp_path):
     assert evals["shuffled: count+3 sums, 4 calls / one call"]["status"] in ("PASS", "MISS")
     assert evals["welford near 1e6 +- 1: variance relative error"]["status"] == "PASS"
     assert report.load_json(report.write_json(res, str(tmp_path / "r.json")))["meta"]["n"] == 40
+
+
+@pytest.mark.parametrize("op,algorithm", [(cufold.plus, "warp"), (cufold.plus, "grouped"), (cufold.argmax, "packed")])
+def test_empty_out(op, algorithm):
+    """len(out) == 0: every key is bad (reported with check=True, skipped without)."""
+    keys, x = np.arange(40, dtype=np.int32), np.ones(40, np.float32)
+    values = (x, x) if op is cufold.plus else x
+    outs = (np.zeros(0, np.float32), np.zeros(0, np.float32 if op is cufold.plus else np.int64))
+    with pytest.raises(IndexError, match="key 0 at position 0 is out of range for out of length 0"):
+        call(keys, values, outs, op, algorithm=algorithm)
+    got = call(keys, values, outs, op, algorithm=algorithm, check=False)
+    assert all(g.size == 0 for g in got)

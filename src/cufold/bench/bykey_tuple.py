@@ -421,6 +421,9 @@ def _target(name, cmp, threshold, value, detail):
 def evaluate(results):
     recs, m = results["records"], results["meta"]
     out = []
+
+    def versus(a, b):
+        return "%s us vs %s us" % (R._fmt_us(a), R._fmt_us(b)) if a and b else "not measured"
     for order in m["orders"]:
         if "argmax" in m["tasks"]:
             mine, one = _us(recs, order, ARGMAX), _us(recs, order, MAX1)
@@ -431,19 +434,15 @@ def evaluate(results):
                                "%s us vs %s %s us" % (R._fmt_us(mine), best[1], R._fmt_us(best[0])) if best and mine
                                else "not measured"))
             out.append(_target("%s: argmax by key / one-field max by key" % order, "<=", 1.5,
-                               mine / one if mine and one else None,
-                               "%s us vs %s us" % (R._fmt_us(mine), R._fmt_us(one)) if mine and one else "not measured"))
+                               mine / one if mine and one else None, versus(mine, one)))
         if "sums" in m["tasks"]:
             one, four = _us(recs, order, SUMS1), _us(recs, order, SUMS4)
             out.append(_target("%s: count+3 sums, 4 calls / one call" % order, ">=", 1.0,
-                               four / one if one and four else None,
-                               "%s us vs %s us" % (R._fmt_us(one), R._fmt_us(four)) if one and four else "not measured"))
+                               four / one if one and four else None, versus(one, four)))
         if "welford" in m["tasks"]:
             mine, torch = _us(recs, order, WELFORD), _us(recs, order, TORCH_W)
             out.append(_target("%s: welford by key vs torch 3x index_add_" % order, ">=", 2.0,
-                               torch / mine if mine and torch else None,
-                               "%s us vs %s us" % (R._fmt_us(mine), R._fmt_us(torch)) if mine and torch
-                               else "not measured"))
+                               torch / mine if mine and torch else None, versus(mine, torch)))
     acc = m.get("accuracy") or {}
     if "cufold" in acc:
         out.append(_target("welford near 1e6 +- 1: variance relative error", "<=", 1e-6, acc["cufold"],
@@ -464,7 +463,8 @@ def format_results(results):
     for order in m["orders"]:
         lines += ["", "== %s keys" % order]
         for task in TASKS:
-            rs = [r for r in recs if r["case"] == order and (r["task"] == task or (task == "argmax" and r["task"] == "max"))]
+            rs = [r for r in recs if r["case"] == order
+                  and (r["task"] == task or (task == "argmax" and r["task"] == "max"))]
             if not rs:
                 continue
             base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None

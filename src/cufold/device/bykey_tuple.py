@@ -96,10 +96,11 @@ EACH_NT = 64 if SIMULATOR else 256
 EACH_CAP = 4 if SIMULATOR else 1 << 14
 U32_MAX = (1 << 32) - 1
 
-Spec = collections.namedtuple("Spec", "algorithm lift key_dt in_vt out_vt ops reduce_op wide tile")
+Spec = collections.namedtuple("Spec", "algorithm lift key_dt val_dts in_vt out_vt ops reduce_op wide tile")
 Spec.__doc__ = """A tuple scatter kernel: ``lift`` says how an element becomes a value of
 ``out_vt`` (``none``, ``index``, ``count``, ``sqdev``, or ``("pack", largest, pos_kind,
-lifted)``: the packed word of ``in_vt = (value dtype of out, position dtype)``), ``ops``
+lifted)``: the packed word of ``in_vt = (value dtype of out, position dtype)``), ``val_dts``
+the dtypes of the ``values`` arrays, ``ops``
 the per-field atomic operators, ``reduce_op`` what the warp aggregation combines with."""
 
 
@@ -153,27 +154,31 @@ def _loader(spec):
     lift = spec.lift
     # streaming loads (evict first: ``bykey.LOAD_HINT``); the index's sign bit cleared, or
     # ``cuda.ldcs`` adds Numba's negative-index wraparound
-    get = "cuda.ldcs(%s, u)" if spec.tile.hint == "cs" else "%s[u]"
+    stream = spec.tile.hint == "cs"
+
+    def get(array, dt):
+        # ldcs on 32/64-bit words only (bool and narrow fields: plain loads)
+        return "cuda.ldcs(%s, u)" % array if stream and dt.kind in "iuf" and dt.itemsize >= 4 else "%s[u]" % array
     body = []
     if lift == "none":
-        value = out_vt._pack(["T%d(%s)" % (f, get % ("values[%d]" % f)) for f in range(k)])
+        value = out_vt._pack(["T%d(%s)" % (f, get("values[%d]" % f, spec.val_dts[f])) for f in range(k)])
     elif lift == "index":
-        value = "(T0(%s), T1(i))" % (get % "values")
+        value = "(T0(%s), T1(i))" % get("values", spec.val_dts[0])
     elif lift == "count":
-        value = "(T0(1), T1(%s))" % (get % "values")
+        value = "(T0(1), T1(%s))" % get("values", spec.val_dts[0])
     elif lift == "sqdev":
-        body = ["        d = F64(%s) - values[1][np.uint64(k)] if ok else F64(0)" % (get % "values[0]")]
+        body = ["        d = F64(%s) - values[1][np.uint64(k)] if ok else F64(0)" % get("values[0]", spec.val_dts[0])]
         value = "(T0(d * d),)"
     else:                         # ("pack", largest, pos_kind, lifted): one packed word
         _, largest, pos_kind, lifted = lift
         env["encode"] = _encoders(in_vt.fields[0], pos_kind, largest)[0]
         env["V"] = in_vt.fields[0].type
-        value = "(encode(V(%s), i),)" % (get % "values") if lifted else \
-            "(encode(V(%s), %s),)" % (get % "values[0]", get % "values[1]")
+        value = "(encode(V(%s), i),)" % get("values", spec.val_dts[0]) if lifted else \
+            "(encode(V(%s), %s),)" % (get("values[0]", spec.val_dts[0]), get("values[1]", spec.val_dts[1]))
     lines = ["def load(keys, values, n, m, i):",
              "    if i < n:",
              "        u = np.uint64(i) & np.uint64(0x7FFFFFFFFFFFFFFF)",
-             "        k = %s" % (get % "keys"),
+             "        k = %s" % get("keys", spec.key_dt),
              "        ok = CT(k) < CT(m)"] + body + [
              "        return (IT(k) if ok else IT(-1)), %s, ok, not ok" % value,
              "    return IT(-1), %s, False, False" % zero]
@@ -617,8 +622,8 @@ def _warp_path(algorithm):
     def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
         ops = _field_ops(op, out_vt)
         wide = m > np.iinfo(np.int32).max
-        spec = Spec(algorithm, "index" if lift == "index" else "none", keys.dtype, in_vt, out_vt, ops, op, wide,
-                    _tile())
+        spec = Spec(algorithm, "index" if lift == "index" else "none", keys.dtype, tuple(v.dtype for v in vals),
+                    in_vt, out_vt, ops, op, wide, _tile())
         values = vals[0] if lift == "index" else vals
         _scatter(b, spec, keys, values, outs, tuple(_bits_of(o, f) for o, f in zip(outs, ops)), n, m, status, epoch)
     return add
@@ -635,8 +640,8 @@ def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epo
     src_vt = ValueType.of((out_vt.fields[0], np.dtype(np.uint32 if pos_kind == "u" else np.int32)))
     wide = m > np.iinfo(np.int32).max
     pick = maximum if largest else minimum
-    spec = Spec("warp", ("pack", largest, pos_kind, lift == "index"), keys.dtype, src_vt, word_vt, (pick,), pick,
-                wide, _tile())
+    spec = Spec("warp", ("pack", largest, pos_kind, lift == "index"), keys.dtype, tuple(v.dtype for v in vals),
+                src_vt, word_vt, (pick,), pick, wide, _tile())
     values = vals[0] if lift == "index" else vals
     _scatter(b, spec, keys, values, (words,), (words,), n, m, status, epoch)
     b.launch(packed_finish_kernel(op, out_vt, pos_kind), ("bykey-unpack", op, out_vt, pos_kind), _each_grid(m),
@@ -651,10 +656,12 @@ def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, e
     wide = m > np.iinfo(np.int32).max
     b.launch(fill_kernel(cs_vt), ("bykey-fill", cs_vt), _each_grid(m), EACH_NT, (count_sum, np.int64(m), (0.0, 0.0)))
     x = vals[0]
-    spec = Spec("warp", "count", keys.dtype, ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide, _tile())
+    spec = Spec("warp", "count", keys.dtype, (x.dtype,), ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide,
+                _tile())
     _scatter(b, spec, keys, x, count_sum, count_sum, n, m, status, epoch)
     b.launch(welford_mean_kernel, ("bykey-mean",), _each_grid(m), EACH_NT, (count_sum, sq, np.int64(m)))
-    spec = Spec("warp", "sqdev", keys.dtype, ValueType.of((x.dtype, f64)), sq_vt, (plus,), plus, wide, _tile())
+    spec = Spec("warp", "sqdev", keys.dtype, (x.dtype, f64), ValueType.of((x.dtype, f64)), sq_vt, (plus,), plus,
+                wide, _tile())
     _scatter(b, spec, keys, (x, count_sum[1]), sq, sq, n, m, status, np.int64(0))   # bad keys: reported once
     b.launch(welford_finish_kernel(out_vt), ("bykey-welford", out_vt), _each_grid(m), EACH_NT,
              (count_sum, sq, outs, np.int64(m)))
