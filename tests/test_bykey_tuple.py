@@ -48,8 +48,8 @@ def call(keys, values, outs, op, **kw):
     return host(d_outs)
 
 
-PATHS = [("warp", False, "random"), ("warp", False, "sorted"), ("atomic", False, "random"),
-         (None, True, "random"), ("sorted", True, "sorted")]
+PATHS = [(None, False, "random"), (None, False, "sorted"), ("warp", False, "random"), ("warp", False, "sorted"),
+         ("atomic", False, "random"), (None, True, "random"), ("sorted", True, "sorted")]
 
 
 # --- field-wise ----------------------------------------------------------------------------------
@@ -84,9 +84,9 @@ def test_key_dtypes(key_dtype, rng):
         np.testing.assert_allclose(got[f], ref, rtol=1e-12)
 
 
-@pytest.mark.parametrize("algorithm", ["warp", "sorted"])
-def test_min_max_minmax_with_nan(algorithm, rng):
-    keys = make_keys(rng, order="sorted" if algorithm == "sorted" else "random")
+@pytest.mark.parametrize("algorithm,order", [("adaptive", "random"), ("adaptive", "sorted"), ("sorted", "sorted")])
+def test_min_max_minmax_with_nan(algorithm, order, rng):
+    keys = make_keys(rng, order=order)
     x = rng.normal(size=N).astype(np.float32)
     x[rng.integers(0, N, 5)] = np.nan
     y = rng.integers(-1000, 1000, N).astype(np.int32)
@@ -154,6 +154,29 @@ def test_argmin_argmax_ties_and_nan(op, algorithm, deterministic, dtype, rng):
     np.testing.assert_array_equal(got[1], rp)
 
 
+@pytest.mark.parametrize("rows", ["warp", "atomic"])
+def test_inner_rows_of_packed_and_two_pass(rows, monkeypatch, rng):
+    """``CUFOLD_BYKEY_TUPLE_ROWS``: the packed and two-pass scatters by peers or per element."""
+    monkeypatch.setenv("CUFOLD_BYKEY_TUPLE_ROWS", rows)
+    BK.plan.cache_clear()
+    try:
+        keys = make_keys(rng, order="sorted")
+        x = rng.integers(-3, 4, N).astype(np.float32)
+        prior = (np.full(M, -np.inf, np.float32), np.full(M, -1, np.int64))
+        got = call(keys, x, prior, cufold.argmax)
+        rv, rp = arg_reference(keys, x, np.arange(N), *prior, True)
+        np.testing.assert_array_equal(got[0], rv)
+        np.testing.assert_array_equal(got[1], rp)
+        zeros = tuple(np.zeros(M) for _ in range(3))
+        got = call(keys, x, zeros, cufold.welford)
+        ref = welford_reference(keys, x, zeros)
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+    finally:
+        monkeypatch.delenv("CUFOLD_BYKEY_TUPLE_ROWS")
+        BK.plan.cache_clear()
+
+
 def test_argmax_from_identity_and_paths_chosen(rng):
     """Out starting at the identity gives each key's (max, first argmax); the automatic
     choice per operator."""
@@ -169,11 +192,11 @@ def test_argmax_from_identity_and_paths_chosen(rng):
     f32, f64, i64 = np.float32, np.float64, np.int64
     assert BT.path_for(cufold.argmax, vt((f32, i64)), vt((f32, i64)), "index", N, None, False) == "packed"
     assert BT.path_for(cufold.argmax, vt((f64, i64)), vt((f64, i64)), "index", N, None, False) == "grouped"
-    assert BT.path_for(cufold.plus, vt((f64, f64)), vt((f64, f64)), "none", N, None, False) == "warp"
+    assert BT.path_for(cufold.plus, vt((f64, f64)), vt((f64, f64)), "none", N, None, False) == "adaptive"
     assert BT.path_for(cufold.plus, vt((f64, f64)), vt((f64, f64)), "none", N, None, True) == "grouped"
-    assert BT.path_for(cufold.plus, vt((i64, i64)), vt((i64, i64)), "none", N, None, True) == "warp"
+    assert BT.path_for(cufold.plus, vt((i64, i64)), vt((i64, i64)), "none", N, None, True) == "adaptive"
     assert BT.path_for(cufold.welford, vt((f64,) * 3), vt((f64,) * 3), "welford", N, None, False) == "two_pass"
-    assert BT.path_for(cufold.minmax, vt((f32, f32)), vt((f32, f32)), "none", N, None, False) == "warp"
+    assert BT.path_for(cufold.minmax, vt((f32, f32)), vt((f32, f32)), "none", N, None, False) == "adaptive"
 
 
 # --- welford -------------------------------------------------------------------------------------
@@ -254,7 +277,7 @@ def test_user_operators(algorithm, rng):
 
 # --- bad keys, empty input, errors ----------------------------------------------------------------
 
-@pytest.mark.parametrize("op,algorithm", [(cufold.plus, "warp"), (cufold.argmax, "packed"),
+@pytest.mark.parametrize("op,algorithm", [(cufold.plus, "adaptive"), (cufold.argmax, "packed"),
                                           (cufold.welford, "two_pass"), (cufold.plus, "grouped"),
                                           (cufold.plus, "sorted")])
 def test_out_of_range_keys(op, algorithm, rng):
@@ -323,8 +346,8 @@ def test_argument_errors(rng):
         into(dev(np.zeros(300, np.int32)), dev(np.zeros(300, np.float32)), (o32, oi8), cufold.argmax)
     with pytest.raises(TypeError, match="welford by key needs floating-point"):
         into(k, f32, (o64, o64, dev(np.zeros(4, np.int64))), cufold.welford)
-    with pytest.raises(ValueError, match="algorithm 'adaptive' does not take tuple values"):
-        into(k, (f64, f64), (o64, o64), algorithm="adaptive")
+    with pytest.raises(ValueError, match="algorithm 'runs2' does not take tuple values"):
+        into(k, (f64, f64), (o64, o64), algorithm="runs2")
     with pytest.raises(ValueError, match="algorithm 'packed' cannot reduce"):
         into(k, f64, (o64, dev(np.zeros(4, np.int64))), cufold.argmax, algorithm="packed")
     with pytest.raises(ValueError, match="deterministic=True needs algorithm='sorted'"):

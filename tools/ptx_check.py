@@ -4,6 +4,7 @@ The simulator runs kernels as Python and so never type-checks them; this does,
 through Numba's real CUDA pipeline. Run before every GPU session:
     PYTHONPATH=src python tools/ptx_check.py
 """
+import os
 import time
 
 import numpy as np
@@ -178,12 +179,16 @@ def tuple_plan(op, vals, outs, alg, det=False, check=True, keys=i32):
     print("  ok   tuple %-8s %-9s %s -> %s" % (alg, op.name, in_vt, out_vt))
 
 
+tuple_plan(cufold.plus, (i64, f64, f64, f64), (oi64, o64, o64, o64), None)                   # adaptive
 tuple_plan(cufold.plus, (i64, f64, f64, f64), (oi64, o64, o64, o64), "warp")
 tuple_plan(cufold.plus, (i64, f64), (oi64, o64), "atomic", check=False, keys=i64)
 tuple_plan(cufold.maximum, (f32, i32), (o32, oi32), "warp")                  # a CAS field beside a hardware one
-tuple_plan(cufold.minmax, (f32, f32), (o32, o32), "warp")
+tuple_plan(cufold.minmax, (f32, f32), (o32, o32), "adaptive", keys=i64)
 tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
 tuple_plan(cufold.argmin, (f32,), (o32, oi32), "packed", check=False)
+os.environ["CUFOLD_BYKEY_TUPLE_ROWS"] = "warp"
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+del os.environ["CUFOLD_BYKEY_TUPLE_ROWS"]
 tuple_plan(cufold.argmax, (i32, i32), (oi32, oi32), "packed")
 tuple_plan(cufold.argmin, (arr(np.uint32, n), arr(np.uint32, n)), (ou32, ou32), "packed")
 tuple_plan(cufold.welford, (f64,), (o64, o64, o64), "two_pass")

@@ -15,7 +15,7 @@ mapped to keys by a random permutation), int64 keys for everyone (torch's
              ``'amin'`` of the positions holding each key's maximum (both into new
              arrays each call, as that method needs).
 ``sums``     a count (int32 ones into int64) and three float64 sums by key: cufold in one
-             call (tuple values; also ``algorithm='atomic'`` and ``deterministic=True``)
+             call (tuple values; also ``algorithm='warp'``, ``'atomic'`` and ``deterministic=True``)
              against four one-field cufold calls, and torch's four ``index_add_``.
 ``welford``  count, mean and M2 by key of float64 values: cufold ``welford`` by key (the
              two-pass path; also ``deterministic=True``) against torch's three
@@ -295,6 +295,7 @@ def candidates():
             Cand("argmax", PYG, "torch", "peer", _pyg),
             Cand("argmax", TORCH_ARG, "torch", "peer", _torch_two_pass),
             Cand("sums", SUMS1, "cufold", "cufold", _sums()),
+            Cand("sums", SUMS1 + " [warp]", "cufold", "info", _sums("warp")),
             Cand("sums", SUMS1 + " [atomic]", "cufold", "info", _sums("atomic")),
             Cand("sums", SUMS1 + " [deterministic]", "cufold", "info", _sums(deterministic=True)),
             Cand("sums", SUMS4, "cufold", "cufold", _sums4),

@@ -494,11 +494,11 @@ def _span_loads(elements):
 
 
 @functools.lru_cache(maxsize=None)
-def _segment_step(spec):
+def _segment_step(op, out_vt):
     """Device function ``step(v, dist, offset)``: one step of an inclusive segmented scan
-    by ``shfl_up`` (``dist``: the lane's distance to its segment's first lane)."""
-    out_vt = ValueType.of(spec.out_dt)
-    combine = spec.op.combine(out_vt)
+    by ``shfl_up`` (``dist``: the lane's distance to its segment's first lane) of values
+    of ``out_vt`` (a scalar or a tuple type)."""
+    combine = op.combine(out_vt)
     up = out_vt.shuffle("up")
 
     @cuda.jit(device=True)
@@ -513,10 +513,16 @@ def _segment_step(spec):
 
 @functools.lru_cache(maxsize=None)
 def _segmented_scan(spec):
-    """Device function ``scan(v, heads) -> v``: the inclusive scan of ``v`` over lanes,
-    restarted at every lane of the ``heads`` ballot (lane 0 always starts a segment);
-    the 8 and 16 steps only when some segment is that long."""
-    step = _segment_step(spec)
+    """``segmented_scan(spec.op, out_dt)``: the one-field algorithms' scan."""
+    return segmented_scan(spec.op, ValueType.of(spec.out_dt))
+
+
+@functools.lru_cache(maxsize=None)
+def segmented_scan(op, out_vt):
+    """Device function ``scan(v, heads) -> v``: the inclusive scan of ``v`` (of ``out_vt``)
+    over lanes, restarted at every lane of the ``heads`` ballot (lane 0 always starts a
+    segment); the 8 and 16 steps only when some segment is that long."""
+    step = _segment_step(op, out_vt)
     full = np.uint32(FULL_MASK)
 
     @cuda.jit(device=True)

@@ -10,17 +10,23 @@ Paths (``ALGORITHMS``; ``algorithm=None`` picks per operator as listed; each can
 forced with ``algorithm=`` to time it):
 
 ==============  ==========================================================================
-``warp``        field-wise operators (``plus``, ``minimum``, ``maximum``, the bit
-                operators: ``Op.fieldwise``) and ``minmax``: seed 001's warp aggregation
-                on the whole tuple (``match_any`` peers, ``reduce_peers`` once per key
-                and 32 elements), then one atomic per field by the group's first lane:
-                the hardware atomic where the field's operator and dtype have one
-                (``plus`` on all six 32/64-bit dtypes, min/max on integers), else the
-                compare-and-swap loop of the one-field path (float min/max, NaN as
-                ``np.minimum.at``). A row of 32 distinct keys skips the aggregation.
-                ``minmax`` is field-wise here (``minimum`` on field 0, ``maximum`` on
-                field 1): one packed 64-bit atomic cannot take the min of one half and
-                the max of the other. Needs 32/64-bit out fields.
+``adaptive``    field-wise operators (``plus``, ``minimum``, ``maximum``, the bit
+                operators: ``Op.fieldwise``) and ``minmax``: each row of 32 consecutive
+                elements (one per lane) is reduced once for the whole tuple, then the
+                updating lane does one atomic per field: the hardware atomic where the
+                field's operator and dtype have one (``plus`` on all six 32/64-bit dtypes,
+                min/max on integers), else the compare-and-swap loop of the one-field path
+                (float min/max, NaN as ``np.minimum.at``). How a row is reduced is chosen
+                in the kernel, per row, as the one-field ``adaptive`` does: 32 distinct
+                keys (random keys) update at once; at most ``RUNS_MAX`` run heads (sorted
+                or grouped keys) by a segmented scan of the tuple over the runs
+                (``bykey.segmented_scan``), one update per run and row; otherwise (keys
+                that repeat out of order) by ``match_any`` peers as ``warp``. ``minmax``
+                is field-wise here (``minimum`` on field 0, ``maximum`` on field 1): one
+                packed 64-bit atomic cannot take the min of one half and the max of the
+                other. Needs 32/64-bit out fields.
+``warp``        the same updates, every row by seed 001's ``match_any`` peers and
+                ``reduce_peers`` on the whole tuple (one update per key and row).
 ``atomic``      the same updates, one per element (no aggregation): the baseline.
 ``packed``      ``argmin``/``argmax`` whose value field is 32 bits (float32, int32,
                 uint32 ``out[0]``) and whose position fits 32 bits (an int32/uint32
@@ -32,7 +38,7 @@ forced with ``algorithm=`` to time it):
                 ``atomicMax``/``atomicMin`` keeps the greatest value at its *first*
                 position, NaN winning as in ``numpy.argmax``. The words gather in a
                 per-key uint64 buffer (new memory of ``out``'s library, ``8 x len(out)``
-                bytes), warp-aggregated first as ``warp`` does; three launches: fill the
+                bytes), aggregated first by rows as ``adaptive`` does (``ROWS``); three launches: fill the
                 buffer with the identity's word, scatter, and a finishing pass that
                 decodes each reached key's word and folds it into ``out`` with the
                 operator (``out``'s prior (value, position) is the earlier operand, so
@@ -40,9 +46,9 @@ forced with ``algorithm=`` to time it):
                 passes over ``len(out)`` words.
 ``two_pass``    ``welford`` with one ``values`` array (each value lifted to the state
                 ``(1, x, 0)``; out = (count, mean, M2), floating point): counts and
-                sums by key (``warp`` with hardware float64 atomic adds into a per-key
-                float64 buffer), each key's mean, then the sum of squared deviations
-                from it (``warp`` again), then Chan's merge of each reached key's
+                sums by key (``adaptive`` rows, hardware float64 atomic adds into a
+                per-key float64 buffer), each key's mean, then the sum of squared
+                deviations from it (``adaptive`` again), then Chan's merge of each reached key's
                 ``(count, mean, M2)`` into ``out``. Five launches; exact enough where
                 the sum-of-squares form cancels (values near 1e6 with spread 1).
 ``sorted``      every operator, keys **sorted** (non-decreasing; checked with
@@ -75,6 +81,7 @@ accumulation happens in ``out``'s dtypes. Bad keys, ``check=`` and ``stream=`` a
 
 import collections
 import functools
+import os
 
 import numpy as np
 from numba import cuda
@@ -87,8 +94,10 @@ from . import bykey as _bk, radix, segmented as _seg
 
 __all__ = ["ALGORITHMS", "reduce_into", "path_for"]
 
-ALGORITHMS = ("warp", "atomic", "packed", "two_pass", "sorted", "grouped")
+ALGORITHMS = ("adaptive", "warp", "atomic", "packed", "two_pass", "sorted", "grouped")
 _dispatch.register("reduce_by_key_tuple", ALGORITHMS)
+#: How the scatters of ``packed`` and ``two_pass`` treat a row (``CUFOLD_BYKEY_TUPLE_ROWS``).
+ROWS = "adaptive"
 SIMULATOR = _bk.SIMULATOR
 FULL_MASK = _bk.FULL_MASK
 #: threads and block cap of the per-key passes (fill, decode, offsets, gathers)
@@ -206,18 +215,20 @@ def scatter_kernel(spec):
     block (a block-stride loop beyond ``bykey.GRID_CAP``). ``warp``: each row's lanes of one
     key are ``match_any`` peers, reduced with ``spec.reduce_op`` on the whole tuple, and the
     group's first lane updates every field (a row of distinct keys updates at once);
-    ``atomic``: one update per element."""
+    ``adaptive``: a row of at most ``runs_max`` run heads by a segmented scan over its runs
+    (the run's last lane updates), distinct rows at once, the others as ``warp`` (every
+    branch warp-uniform); ``atomic``: one update per element."""
     nt, vt = spec.tile.nt, spec.tile.vt
     tile, span = nt * vt, 32 * vt
     load = _loader(spec)
     update = _field_updater(spec.ops, spec.out_vt, spec.wide)
     record = _bk._record
-    if spec.algorithm == "warp":
+    if spec.algorithm in ("warp", "adaptive"):
         find_peers = warp.peers(np.int64 if spec.wide else np.int32)
         group_total = warp.reduce_peers(spec.reduce_op, spec.out_vt)
 
         @cuda.jit(device=True)
-        def slot(outs, bits, idx, v, ok):
+        def by_peers(outs, bits, idx, v, ok):
             p = find_peers(idx)
             lane = cuda.laneid
             if cuda.all_sync(FULL_MASK, p == (1 << lane)):
@@ -227,6 +238,31 @@ def scatter_kernel(spec):
                 s = group_total(p, v)
                 if ok and cuda.ffs(p) - 1 == lane:
                     update(outs, bits, idx, s)
+
+    if spec.algorithm == "warp":
+        slot = by_peers
+    elif spec.algorithm == "adaptive":
+        it = np.int64 if spec.wide else np.int32
+        scan = _bk.segmented_scan(spec.reduce_op, spec.out_vt)
+        runs_max = spec.tile.runs_max
+        full = np.uint32(FULL_MASK)
+        top = np.uint32(0x80000000)
+
+        @cuda.jit(device=True)
+        def slot(outs, bits, idx, v, ok):
+            lane = np.uint32(cuda.laneid)
+            left = cuda.shfl_up_sync(FULL_MASK, it(idx), 1)
+            heads = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, idx != left)) | np.uint32(1))
+            if heads == full:                                # distinct keys: plain updates
+                if ok:
+                    update(outs, bits, idx, v)
+            elif cuda.popc(heads) <= runs_max:               # runs: one update per run
+                s = scan(v, heads)
+                tail = (np.uint32(np.uint32(heads >> np.uint32(1)) | top) >> lane) & np.uint32(1) != 0
+                if tail and ok:
+                    update(outs, bits, idx, s)
+            else:                                            # repeats out of order: peers
+                by_peers(outs, bits, idx, v, ok)
     else:
         @cuda.jit(device=True)
         def slot(outs, bits, idx, v, ok):
@@ -455,7 +491,7 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
         if ordered or not op.commutative:
             return "grouped"
         if field_ops is not None and atomic_fields:
-            return "warp"
+            return "adaptive"
         if _packable(op, in_vt, out_vt, lift, n):
             return "packed"
         if op is welford and lift == "welford":
@@ -473,12 +509,13 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
     if not op.commutative:
         raise ValueError("cufold: algorithm %r combines values in a varying order and needs a commutative "
                          "operator; %s is not declared commutative" % (algorithm, op.name))
-    ok = {"warp": field_ops is not None and atomic_fields, "atomic": field_ops is not None and atomic_fields,
+    fieldwise = field_ops is not None and atomic_fields
+    ok = {"adaptive": fieldwise, "warp": fieldwise, "atomic": fieldwise,
           "packed": _packable(op, in_vt, out_vt, lift, n) is not None,
           "two_pass": op is welford and lift == "welford"}[algorithm]
     if not ok:
         raise ValueError(
-            "cufold: algorithm %r cannot reduce %s values into out of %s with %s (warp/atomic: field-wise "
+            "cufold: algorithm %r cannot reduce %s values into out of %s with %s (adaptive/warp/atomic: field-wise "
             "operators and minmax on 32/64-bit fields; packed: argmin/argmax of a 32-bit value and position; "
             "two_pass: welford of one values array); use None" % (algorithm, in_vt, out_vt, op.name))
     return algorithm
@@ -585,9 +622,19 @@ def _bits_of(out, field_op):
     return out
 
 
+def _rows():
+    """The rows of the scatters inside ``packed`` and ``two_pass``: ``ROWS``, or
+    ``CUFOLD_BYKEY_TUPLE_ROWS`` (adaptive, warp, atomic; for measuring)."""
+    rows = os.environ.get("CUFOLD_BYKEY_TUPLE_ROWS", ROWS)
+    if rows not in ("adaptive", "warp", "atomic"):
+        raise ValueError("cufold: bad CUFOLD_BYKEY_TUPLE_ROWS %r (adaptive, warp, atomic)" % rows)
+    return rows
+
+
 def _tile():
-    """The scatter kernels' tile: ``warp``'s (``bykey.tile_for``, ``CUFOLD_BYKEY_TILE``)."""
-    return _bk.tile_for("warp")
+    """The scatter kernels' tile: ``warp``'s (``bykey.tile_for``, ``CUFOLD_BYKEY_TILE``), with
+    ``adaptive``'s run-head limit (``CUFOLD_BYKEY_RUNS``)."""
+    return _bk.tile_for("warp")._replace(runs_max=_bk.tile_for("adaptive").runs_max)
 
 
 def _scatter(b, spec, keys, values, outs, bits, n, m, status, epoch):
@@ -640,7 +687,7 @@ def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epo
     src_vt = ValueType.of((out_vt.fields[0], np.dtype(np.uint32 if pos_kind == "u" else np.int32)))
     wide = m > np.iinfo(np.int32).max
     pick = maximum if largest else minimum
-    spec = Spec("warp", ("pack", largest, pos_kind, lift == "index"), keys.dtype, tuple(v.dtype for v in vals),
+    spec = Spec(_rows(), ("pack", largest, pos_kind, lift == "index"), keys.dtype, tuple(v.dtype for v in vals),
                 src_vt, word_vt, (pick,), pick, wide, _tile())
     values = vals[0] if lift == "index" else vals
     _scatter(b, spec, keys, values, (words,), (words,), n, m, status, epoch)
@@ -656,11 +703,11 @@ def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, e
     wide = m > np.iinfo(np.int32).max
     b.launch(fill_kernel(cs_vt), ("bykey-fill", cs_vt), _each_grid(m), EACH_NT, (count_sum, np.int64(m), (0.0, 0.0)))
     x = vals[0]
-    spec = Spec("warp", "count", keys.dtype, (x.dtype,), ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide,
+    spec = Spec(_rows(), "count", keys.dtype, (x.dtype,), ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide,
                 _tile())
     _scatter(b, spec, keys, x, count_sum, count_sum, n, m, status, epoch)
     b.launch(welford_mean_kernel, ("bykey-mean",), _each_grid(m), EACH_NT, (count_sum, sq, np.int64(m)))
-    spec = Spec("warp", "sqdev", keys.dtype, (x.dtype, f64), ValueType.of((x.dtype, f64)), sq_vt, (plus,), plus,
+    spec = Spec(_rows(), "sqdev", keys.dtype, (x.dtype, f64), ValueType.of((x.dtype, f64)), sq_vt, (plus,), plus,
                 wide, _tile())
     _scatter(b, spec, keys, (x, count_sum[1]), sq, sq, n, m, status, np.int64(0))   # bad keys: reported once
     b.launch(welford_finish_kernel(out_vt), ("bykey-welford", out_vt), _each_grid(m), EACH_NT,
@@ -700,7 +747,8 @@ def _sorted_path(grouped):
     return add
 
 
-_paths = {"warp": _warp_path("warp"), "atomic": _warp_path("atomic"), "packed": _packed_path,
+_paths = {"adaptive": _warp_path("adaptive"), "warp": _warp_path("warp"), "atomic": _warp_path("atomic"),
+          "packed": _packed_path,
           "two_pass": _two_pass_path, "sorted": _sorted_path(False), "grouped": _sorted_path(True)}
 
 del Op
