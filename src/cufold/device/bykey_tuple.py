@@ -52,8 +52,9 @@ forced with ``algorithm=`` to time it):
                 ``(count, mean, M2)`` into ``out``. Five launches; exact enough where
                 the sum-of-squares form cancels (values near 1e6 with spread 1).
 ``sorted``      every operator, keys **sorted** (non-decreasing; checked with
-                ``check=True``): per-key CSR offsets from the sorted keys (one thread
-                per boundary), then cufold's merge-path segmented reduction
+                ``check=True``, one more pass over the keys): per-key CSR offsets
+                from the sorted keys (a binary search per key), then cufold's
+                merge-path segmented reduction
                 (``device.segmented``) over the ``len(out)`` key segments, each folded
                 in input order, and one update of each reached key, ``out[k] =
                 op(out[k], total)``: no atomics, the same bits every run,
@@ -104,6 +105,8 @@ FULL_MASK = _bk.FULL_MASK
 EACH_NT = 64 if SIMULATOR else 256
 EACH_CAP = 4 if SIMULATOR else 1 << 14
 U32_MAX = (1 << 32) - 1
+#: The epoch of an unchecked call (0: kernels record nothing).
+_UNCHECKED = np.int64(0)
 
 Spec = collections.namedtuple("Spec", "algorithm lift key_dt val_dts in_vt out_vt ops reduce_op wide tile")
 Spec.__doc__ = """A tuple scatter kernel: ``lift`` says how an element becomes a value of
@@ -363,13 +366,9 @@ def iota_kernel(positions, n):
 
 
 @functools.lru_cache(maxsize=None)
-def offsets_kernel(key_dt, caller_keys):
-    """Kernel ``(keys, n, m, offsets, status, epoch)``: for keys in non-decreasing order,
-    ``offsets[k]`` = the first position holding a key ``>= k`` (``k`` in ``[0, m]``): the
-    thread of boundary ``i`` (``0..n``) writes the keys between ``keys[i - 1]`` and
-    ``keys[i]``. A key outside ``[0, m)`` counts as -1 when negative, else as ``m``.
-    ``caller_keys``: record bad keys (status slot 0) and decreasing keys (slot 1) when
-    ``epoch > 0``."""
+def _key_at(key_dt):
+    """Device function ``key_at(keys, m, i) -> (key, bad)``: ``keys[i]`` as int64, a key
+    outside ``[0, m)`` as -1 when negative, else as ``m`` (so sorted keys stay sorted)."""
     signed = key_dt.kind == "i"
     K = key_dt.type
 
@@ -382,25 +381,49 @@ def offsets_kernel(key_dt, caller_keys):
             return np.int64(-1), True
         return np.int64(m), True
 
-    def offsets(keys, n, m, out, status, epoch):
-        i = np.int64(cuda.grid(1))
-        while i <= n:
-            prev = np.int64(-1)
-            if i > 0:
-                prev = key_at(keys, m, i - 1)[0]
-            cur = m
-            if i < n:
-                cur, bad = key_at(keys, m, i)
-                if caller_keys and epoch > 0:
-                    if bad:
-                        _bk._record(status, 0, epoch, i)
-                    if cur < prev:
-                        _bk._record(status, 1, epoch, i)
-            for k in range(prev + 1, cur + 1):
-                out[np.uint64(k)] = i
-            i += cuda.gridsize(1)
+    return key_at
+
+
+@functools.lru_cache(maxsize=None)
+def offsets_kernel(key_dt):
+    """Kernel ``(keys, n, m, offsets)``: for keys in non-decreasing order (``_key_at``'s),
+    ``offsets[k]`` = the first position holding a key ``>= k``, ``k`` in ``[0, m]``: a
+    binary search per key (``log2 n`` loads; no thread walks a gap of unreached keys)."""
+    key_at = _key_at(key_dt)
+
+    def offsets(keys, n, m, out):
+        k = np.int64(cuda.grid(1))
+        while k <= m:
+            lo, hi = np.int64(0), n
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if key_at(keys, m, mid)[0] < k:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[np.uint64(k)] = lo
+            k += cuda.gridsize(1)
 
     return offsets
+
+
+@functools.lru_cache(maxsize=None)
+def order_kernel(key_dt):
+    """Kernel ``(keys, n, m, status, epoch)`` of a checked ``sorted`` call: records each key
+    outside ``[0, m)`` (status slot 0) and each position where the keys decrease (slot 1)."""
+    key_at = _key_at(key_dt)
+
+    def order(keys, n, m, status, epoch):
+        i = np.int64(cuda.grid(1))
+        while i < n:
+            cur, bad = key_at(keys, m, i)
+            if bad:
+                _bk._record(status, 0, epoch, i)
+            if i > 0 and cur < key_at(keys, m, i - 1)[0]:
+                _bk._record(status, 1, epoch, i)
+            i += cuda.gridsize(1)
+
+    return order
 
 
 @functools.lru_cache(maxsize=None)
@@ -652,7 +675,7 @@ def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, determin
     ks = b.input(keys)
     vs = tuple(b.input(v) for v in vals)
     os_ = tuple(b.input(o) for o in outs)
-    epoch = b.value(np.int64(0)) if check else np.int64(0)
+    epoch = b.value(np.int64(0)) if check else _UNCHECKED
     status = st.kernel if check else _bk._quiet_status(device_id, stream)
     if n > 0:
         _paths[path](b, op, lift, in_vt, out_vt, ks, vs, os_, n, m, status, epoch)
@@ -726,9 +749,12 @@ def _sorted_path(grouped):
             keys, positions, _ = radix.group(b, keys, iota, m, 0, radix.group_buffers(b, like, iota, m),
                                              status=status, epoch=epoch, on_bad=_bk._record_out_of_range)
             epoch = np.int64(0)
+        if not grouped and epoch is not _UNCHECKED:
+            b.launch(order_kernel(keys.dtype), ("bykey-order", keys.dtype), _each_grid(n), EACH_NT,
+                     (keys, np.int64(n), np.int64(m), status, epoch))
         off = b.output(like, (m + 1,), np.int64)
-        b.launch(offsets_kernel(keys.dtype, not grouped), ("bykey-offsets", keys.dtype, not grouped),
-                 _each_grid(n + 1), EACH_NT, (keys, np.int64(n), np.int64(m), off, status, epoch))
+        b.launch(offsets_kernel(keys.dtype), ("bykey-offsets", keys.dtype), _each_grid(m + 1), EACH_NT,
+                 (keys, np.int64(n), np.int64(m), off))
         if m == 0:
             return
         seg_in = in_vt if lift == "none" else out_vt
