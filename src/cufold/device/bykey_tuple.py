@@ -88,7 +88,7 @@ import numpy as np
 from numba import cuda
 
 from .. import _codegen, warp
-from ..ops import Op, argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
+from ..ops import argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
 from ..values import ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, programs as _programs
 from . import bykey as _bk, radix, segmented as _seg
@@ -109,11 +109,11 @@ U32_MAX = (1 << 32) - 1
 _UNCHECKED = np.int64(0)
 
 Spec = collections.namedtuple("Spec", "algorithm lift key_dt val_dts in_vt out_vt ops reduce_op wide tile")
-Spec.__doc__ = """A tuple scatter kernel: ``lift`` says how an element becomes a value of
-``out_vt`` (``none``, ``index``, ``count``, ``sqdev``, or ``("pack", largest, pos_kind,
-lifted)``: the packed word of ``in_vt = (value dtype of out, position dtype)``), ``val_dts``
-the dtypes of the ``values`` arrays, ``ops``
-the per-field atomic operators, ``reduce_op`` what the warp aggregation combines with."""
+Spec.__doc__ = """A tuple scatter kernel (``algorithm``: adaptive, warp or atomic rows).
+``lift``: how an element becomes a value of ``out_vt`` (``none``, ``index``, ``count``,
+``sqdev``, or ``("pack", largest, pos_kind, lifted)``: the packed word of ``in_vt = (value
+dtype of out, position dtype)``); ``val_dts``: the dtypes of the ``values`` arrays; ``ops``:
+the per-field atomic operators; ``reduce_op``: what the rows combine with."""
 
 
 # --- loads ------------------------------------------------------------------------------------
@@ -774,7 +774,5 @@ def _sorted_path(grouped):
 
 
 _paths = {"adaptive": _warp_path("adaptive"), "warp": _warp_path("warp"), "atomic": _warp_path("atomic"),
-          "packed": _packed_path,
-          "two_pass": _two_pass_path, "sorted": _sorted_path(False), "grouped": _sorted_path(True)}
-
-del Op
+          "packed": _packed_path, "two_pass": _two_pass_path, "sorted": _sorted_path(False),
+          "grouped": _sorted_path(True)}
