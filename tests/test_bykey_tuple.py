@@ -197,6 +197,8 @@ def test_argmax_from_identity_and_paths_chosen(rng):
     assert BT.path_for(cufold.plus, vt((i64, i64)), vt((i64, i64)), "none", N, None, True) == "adaptive"
     assert BT.path_for(cufold.welford, vt((f64,) * 3), vt((f64,) * 3), "welford", N, None, False) == "two_pass"
     assert BT.path_for(cufold.minmax, vt((f32, f32)), vt((f32, f32)), "none", N, None, False) == "adaptive"
+    assert BT.path_for(SUM_MAX, vt((i64, i64)), vt((i64, i64)), "none", N, None, False) == "grouped"
+    assert BT.path_for(SUM_MAX32, vt((f32, np.int32)), vt((f32, np.int32)), "none", N, None, False) == "cas"
 
 
 # --- welford -------------------------------------------------------------------------------------
@@ -273,6 +275,30 @@ def test_user_operators(algorithm, rng):
     np.maximum.at(r1, keys, d)
     np.testing.assert_array_equal(got[0], r0)
     np.testing.assert_array_equal(got[1], r1)
+
+
+SUM_MAX32 = cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])),
+                      identity=lambda vt: (0, np.iinfo(np.int32).min), commutative=True, name="sum_max32")
+
+
+@pytest.mark.parametrize("algorithm,order", [(None, "random"), (None, "sorted"), ("grouped", "random")])
+def test_compare_and_swap_on_64_bit_tuples(algorithm, order, rng):
+    """A (float32, int32) user operator packs into one word: a CAS loop per update (the
+    default); out's bits stay where nothing reaches (NaN, -0.0)."""
+    keys = make_keys(rng, order=order)
+    a, c = rng.integers(-8, 8, N).astype(np.float32), rng.integers(-10**9, 10**9, N).astype(np.int32)
+    outs = (rng.integers(-8, 8, M).astype(np.float32), rng.integers(-10**9, 10**9, M).astype(np.int32))
+    outs[0][-2:] = [np.nan, -0.0]
+    got = call(keys, (a, c), outs, SUM_MAX32, algorithm=algorithm)
+    r0, r1 = outs[0].copy(), outs[1].copy()
+    np.add.at(r0, keys, a)
+    np.maximum.at(r1, keys, c)
+    np.testing.assert_array_equal(got[0], r0)
+    np.testing.assert_array_equal(got[1], r1)
+    assert np.signbit(got[0][-1]) and np.isnan(got[0][-2])
+    keys[7] = M
+    with pytest.raises(IndexError, match="key %d at position 7 is out of range" % M):
+        call(keys, (a, c), outs, SUM_MAX32, algorithm=algorithm)
 
 
 # --- bad keys, empty input, errors ----------------------------------------------------------------

@@ -202,4 +202,7 @@ tuple_plan(cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (f64, f64)
 tuple_plan(cufold.plus, (arr(np.bool_, n), arr(np.float16, n)), (oi32, o32), "warp", keys=arr(np.uint8, n))
 tuple_plan(cufold.argmax, (arr(np.int16, n), arr(np.int16, n)), (oi32, oi32), "packed", keys=arr(np.int16, n))
 tuple_plan(cufold.welford, (i32,), (o64, o64, o64), "two_pass")
+sum_max32 = cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])), identity=(0.0, -2**31), commutative=True)
+tuple_plan(sum_max32, (f32, i32), (o32, oi32), None)                                       # cas
+tuple_plan(sum_max32, (arr(np.int16, n), arr(np.bool_, n)), (arr(np.int16, 10**6), arr(np.bool_, 10**6)), "cas")
 print("%d tuple by-key kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

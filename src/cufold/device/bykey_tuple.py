@@ -51,6 +51,14 @@ forced with ``algorithm=`` to time it):
                 deviations from it (``adaptive`` again), then Chan's merge of each reached key's
                 ``(count, mean, M2)`` into ``out``. Five launches; exact enough where
                 the sum-of-squares form cancels (values near 1e6 with spread 1).
+``cas``         every other commutative operator whose value packs into 64 bits (a user
+                ``Op`` on (float32, int32), say): ``out`` is packed into a per-key uint64
+                buffer (new memory, ``8 x len(out)`` bytes), the rows aggregated as
+                ``adaptive`` does (``ROWS``), then a compare-and-swap loop on the whole
+                word (load, combine, CAS; no CAS when the operator leaves the value
+                unchanged), then the words are unpacked into ``out`` (bit for bit where
+                nothing changed). Three launches. Under contention a CAS loop retries; the
+                row aggregation bounds the contenders to one per key and row.
 ``sorted``      every operator, keys **sorted** (non-decreasing; checked with
                 ``check=True``, one more pass over the keys): per-key CSR offsets
                 from the sorted keys (a binary search per key), then cufold's
@@ -63,11 +71,10 @@ forced with ``algorithm=`` to time it):
 ``grouped``     ``sorted`` after the stable radix grouping (``device.radix``) of the
                 pairs' *positions* by key, the fields then gathered in grouped order:
                 keys in any order. What ``deterministic=True`` runs (floating point),
-                what non-commutative operators run, and every other tuple (a user
-                ``Op``, ``argmin``/``argmax`` of 64-bit fields, ``welford`` of tuple
-                states): nothing is lost and nothing serialises on a hot key (a
-                compare-and-swap loop on one packed word would serve tuples of 64 bits
-                at most; it is not built: measure ``grouped`` first).
+                what non-commutative operators run, and every tuple of more than 64
+                bits that no path above takes (a user ``Op`` on (int64, int64),
+                ``argmin``/``argmax`` of 64-bit fields, ``welford`` of tuple states):
+                nothing is lost and nothing serialises on a hot key.
 ==============  ==========================================================================
 
 Lifts (one ``values`` array, an ``out`` of more fields): ``argmin``/``argmax`` with an
@@ -95,7 +102,7 @@ from . import bykey as _bk, radix, segmented as _seg
 
 __all__ = ["ALGORITHMS", "reduce_into", "path_for"]
 
-ALGORITHMS = ("adaptive", "warp", "atomic", "packed", "two_pass", "sorted", "grouped")
+ALGORITHMS = ("adaptive", "warp", "atomic", "packed", "two_pass", "cas", "sorted", "grouped")
 _dispatch.register("reduce_by_key_tuple", ALGORITHMS)
 #: How the scatters of ``packed`` and ``two_pass`` treat a row (``CUFOLD_BYKEY_TUPLE_ROWS``).
 ROWS = "adaptive"
@@ -113,7 +120,8 @@ Spec.__doc__ = """A tuple scatter kernel (``algorithm``: adaptive, warp or atomi
 ``lift``: how an element becomes a value of ``out_vt`` (``none``, ``index``, ``count``,
 ``sqdev``, or ``("pack", largest, pos_kind, lifted)``: the packed word of ``in_vt = (value
 dtype of out, position dtype)``); ``val_dts``: the dtypes of the ``values`` arrays; ``ops``:
-the per-field atomic operators; ``reduce_op``: what the rows combine with."""
+the per-field atomic operators (None: a compare-and-swap loop on one packed word per key);
+``reduce_op``: what the rows combine with."""
 
 
 # --- loads ------------------------------------------------------------------------------------
@@ -209,6 +217,81 @@ def _field_updater(ops, out_vt, wide):
     return _codegen.build("\n".join(lines) + "\n", "update", env)
 
 
+def cas_fits(vt):
+    """Whether a value of ``vt`` packs into one 64-bit word (fields of at most 8 bytes in
+    all; no float16, whose bits Numba cannot view)."""
+    return vt.itemsize <= 8 and all(f != np.dtype(np.float16) for f in vt.fields)
+
+
+@functools.lru_cache(maxsize=None)
+def _word_codec(vt):
+    """Device functions ``pack(value) -> uint64`` and ``unpack(word) -> value`` of a tuple type
+    that ``cas_fits``: field ``f``'s bits at bit ``8 x`` (the bytes of the fields before it)."""
+    env = vt._env()
+    env.update({"U64": np.uint64})
+    pack, unpack, shift = ["def pack(v):", "    w = U64(0)"], ["def unpack(w):"], 0
+    for f, dt in enumerate(vt.fields):
+        env["W%d" % f] = np.dtype("u%d" % dt.itemsize).type
+        field = vt._field("v", f)
+        if dt.kind == "b":
+            bits = "(U64(1) if %s else U64(0))" % field
+            back = "(w >> U64(%d)) & U64(1) != U64(0)" % shift
+        elif dt.kind == "f":
+            bits = "U64(%s.view(W%d))" % (field, f)
+            back = "W%d(w >> U64(%d)).view(T%d)" % (f, shift, f)
+        else:
+            bits = "U64(W%d(%s))" % (f, field)
+            back = "T%d(W%d(w >> U64(%d)))" % (f, f, shift)
+        pack.append("    w |= %s << U64(%d)" % (bits, shift))
+        unpack.append("    f%d = %s" % (f, back))
+        shift += 8 * dt.itemsize
+    pack.append("    return w")
+    unpack.append("    return %s" % vt._pack(["f%d" % f for f in range(vt.arity)]))
+    return (_codegen.build("\n".join(pack) + "\n", "pack", env),
+            _codegen.build("\n".join(unpack) + "\n", "unpack", env))
+
+
+@functools.lru_cache(maxsize=None)
+def _cas_updater(op, vt, wide):
+    """Device function ``update(outs, bits, idx, v)``: ``outs[0]`` (uint64 words holding
+    values of ``vt``, ``_word_codec``) at ``idx`` becomes ``op(word's value, v)`` by a
+    compare-and-swap loop on the whole word; no CAS where the operator leaves it unchanged."""
+    pack, unpack = _word_codec(vt)
+    env = {"pack": pack, "unpack": unpack, "combine": op.combine(vt)}
+    src = ("def update(outs, bits, idx, v):\n"
+           "    words = outs[0]\n"
+           "    u = %s\n"
+           "    old = words[u]\n"
+           "    while True:\n"
+           "        new = pack(combine(unpack(old), v))\n"
+           "        if new == old:\n"
+           "            break\n"
+           "        seen = cuda.atomic.cas(words, u, old, new)\n"
+           "        if seen == old:\n"
+           "            break\n"
+           "        old = seen\n") % _bk._index_expr(wide)
+    return _codegen.build(src, "update", env)
+
+
+@functools.lru_cache(maxsize=None)
+def cas_words_kernel(vt, to_words):
+    """Kernel ``(outs, words, m)``: ``words[k] = pack(outs[k])`` (``to_words``), or back."""
+    pack, unpack = _word_codec(vt)
+    load, store = vt.load, vt.store
+
+    def convert(outs, words, m):
+        k = np.int64(cuda.grid(1))
+        while k < m:
+            u = np.uint64(k)
+            if to_words:
+                words[u] = pack(load(outs, k))
+            else:
+                store(outs, k, unpack(words[u]))
+            k += cuda.gridsize(1)
+
+    return convert
+
+
 # --- the scatter kernel (warp, atomic; the passes of packed and two_pass) ---------------------
 
 @functools.lru_cache(maxsize=None)
@@ -224,7 +307,10 @@ def scatter_kernel(spec):
     nt, vt = spec.tile.nt, spec.tile.vt
     tile, span = nt * vt, 32 * vt
     load = _loader(spec)
-    update = _field_updater(spec.ops, spec.out_vt, spec.wide)
+    if spec.ops is None:         # one packed word per key (``cas``)
+        update = _cas_updater(spec.reduce_op, spec.out_vt, spec.wide)
+    else:
+        update = _field_updater(spec.ops, spec.out_vt, spec.wide)
     record = _bk._record
     if spec.algorithm in ("warp", "adaptive"):
         find_peers = warp.peers(np.int64 if spec.wide else np.int32)
@@ -519,6 +605,8 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
             return "packed"
         if op is welford and lift == "welford":
             return "two_pass"
+        if cas_fits(out_vt) and lift == "none":
+            return "cas"
         return "grouped"
     if algorithm not in ALGORITHMS:
         raise ValueError("cufold: algorithm %r does not take tuple values; for tuples choose from %s "
@@ -535,12 +623,13 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
     fieldwise = field_ops is not None and atomic_fields
     ok = {"adaptive": fieldwise, "warp": fieldwise, "atomic": fieldwise,
           "packed": _packable(op, in_vt, out_vt, lift, n) is not None,
-          "two_pass": op is welford and lift == "welford"}[algorithm]
+          "two_pass": op is welford and lift == "welford", "cas": cas_fits(out_vt) and lift == "none"}[algorithm]
     if not ok:
         raise ValueError(
             "cufold: algorithm %r cannot reduce %s values into out of %s with %s (adaptive/warp/atomic: field-wise "
             "operators and minmax on 32/64-bit fields; packed: argmin/argmax of a 32-bit value and position; "
-            "two_pass: welford of one values array); use None" % (algorithm, in_vt, out_vt, op.name))
+            "two_pass: welford of one values array; cas: tuple values of at most 64 bits); use None"
+            % (algorithm, in_vt, out_vt, op.name))
     return algorithm
 
 
@@ -718,6 +807,17 @@ def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epo
              EACH_NT, (words, outs, np.int64(m), empty))
 
 
+def _cas_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+    words = b.output(keys, (max(m, 1),), np.uint64)
+    b.launch(cas_words_kernel(out_vt, True), ("bykey-pack", out_vt, True), _each_grid(m), EACH_NT,
+             (outs, words, np.int64(m)))
+    wide = m > np.iinfo(np.int32).max
+    spec = Spec(_rows(), "none", keys.dtype, tuple(v.dtype for v in vals), in_vt, out_vt, None, op, wide, _tile())
+    _scatter(b, spec, keys, vals, (words,), (words,), n, m, status, epoch)
+    b.launch(cas_words_kernel(out_vt, False), ("bykey-pack", out_vt, False), _each_grid(m), EACH_NT,
+             (outs, words, np.int64(m)))
+
+
 def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
     f64 = np.dtype(np.float64)
     cs_vt, sq_vt = ValueType.of((f64, f64)), ValueType.of((f64,))
@@ -774,5 +874,5 @@ def _sorted_path(grouped):
 
 
 _paths = {"adaptive": _warp_path("adaptive"), "warp": _warp_path("warp"), "atomic": _warp_path("atomic"),
-          "packed": _packed_path, "two_pass": _two_pass_path, "sorted": _sorted_path(False),
+          "packed": _packed_path, "two_pass": _two_pass_path, "cas": _cas_path, "sorted": _sorted_path(False),
           "grouped": _sorted_path(True)}
