@@ -102,9 +102,10 @@ no synchronisation and bad keys are skipped silently (so a negative key can serv
 
 Tuple values (``values`` and ``out`` tuples of arrays: a count beside sums, argmax
 pairs, Welford triples, your own tuple operators) run in ``cufold.device.bykey_tuple``,
-whose docstring says which path each operator takes (``warp``-aggregated field-wise
-atomics, a packed 64-bit atomic for argmin/argmax, two field-wise passes for Welford, a
-segmented reduction over sorted or grouped keys for the rest).
+whose docstring says which path each operator takes (row-aggregated field-wise atomics,
+a packed 64-bit atomic for argmin/argmax, two field-wise passes for Welford, a
+compare-and-swap loop on a packed word for other tuples of at most 64 bits, a segmented
+reduction over sorted or grouped keys for the rest and for ``deterministic=True``).
 
 Host side: a call runs one Program per signature (``cufold.host.programs``: the
 operator and options, the three arrays' layouts, the stream), planned on its first
