@@ -288,6 +288,10 @@ def test_default_runs_list_their_cases_within_four_minutes(suite, no_peers):
         assert "orders: ordered, shifted, random" in text and "cufold[adaptive]" in text
         assert full_text == text
         return
+    if suite == "bykey-tuple":  # issue 25's shapes: the default is the full run too
+        assert "orders: sorted, shuffled; tasks: argmax, sums, welford" in text
+        assert "cufold argmax by key" in text and full_text == text
+        return
     for mode, out in (("default", text), ("full", full_text)):
         cases = S.build_cases(suite, B.probe(), full=mode == "full")
         assert re.findall(r"^case (\S+) \(", out, re.M) == [c.id for c in cases] != []

@@ -4,6 +4,7 @@ The simulator runs kernels as Python and so never type-checks them; this does,
 through Numba's real CUDA pipeline. Run before every GPU session:
     PYTHONPATH=src python tools/ptx_check.py
 """
+import os
 import time
 
 import numpy as np
@@ -160,3 +161,48 @@ for mode, w in (("uniform", None), ("edges", f32), ("uniform", arr(np.float64, n
         H._plan_counts(mode, f32, w, 64, edges, False, alg, 0, None)
 H._plan_counts("int", i32, None, 64, None, False, None, 0, None)
 print("%d family kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# reduce_by_key_into of tuple values: every path (field-wise warp/atomic with hardware and CAS
+# fields, packed argmin/argmax lifted and given, two-pass Welford, sorted and grouped).
+BT = importlib.import_module("cufold.device.bykey_tuple")
+before = len(compiled)
+f64, i64 = arr(np.float64, n), arr(np.int64, n)
+o32, o64, oi64, oi32 = (arr(np.float32, 10**6), arr(np.float64, 10**6), arr(np.int64, 10**6),
+                        arr(np.int32, 10**6))
+ou32 = arr(np.uint32, 10**6)
+
+
+def tuple_plan(op, vals, outs, alg, det=False, check=True, keys=i32):
+    lift = BT._lift_of(op, len(vals), len(outs))
+    in_vt, out_vt = BT._check_fields(op, lift, vals, outs, keys.size)
+    BT._plan_program(op, lift, in_vt, out_vt, keys, vals, outs, alg, det, check, 0)
+    print("  ok   tuple %-8s %-9s %s -> %s" % (alg, op.name, in_vt, out_vt))
+
+
+tuple_plan(cufold.plus, (i64, f64, f64, f64), (oi64, o64, o64, o64), None)                   # adaptive
+tuple_plan(cufold.plus, (i64, f64, f64, f64), (oi64, o64, o64, o64), "warp")
+tuple_plan(cufold.plus, (i64, f64), (oi64, o64), "atomic", check=False, keys=i64)
+tuple_plan(cufold.maximum, (f32, i32), (o32, oi32), "warp")                  # a CAS field beside a hardware one
+tuple_plan(cufold.minmax, (f32, f32), (o32, o32), "adaptive", keys=i64)
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+tuple_plan(cufold.argmin, (f32,), (o32, oi32), "packed", check=False)
+os.environ["CUFOLD_BYKEY_TUPLE_ROWS"] = "warp"
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+del os.environ["CUFOLD_BYKEY_TUPLE_ROWS"]
+tuple_plan(cufold.argmax, (i32, i32), (oi32, oi32), "packed")
+tuple_plan(cufold.argmin, (arr(np.uint32, n), arr(np.uint32, n)), (ou32, ou32), "packed")
+tuple_plan(cufold.welford, (f64,), (o64, o64, o64), "two_pass")
+tuple_plan(cufold.welford, (f32,), (o32, o32, o32), "two_pass", check=False)
+tuple_plan(cufold.argmax, (f64,), (o64, oi64), "grouped")
+tuple_plan(cufold.welford, (f64,), (o64, o64, o64), None, det=True)
+tuple_plan(cufold.plus, (i64, f64), (oi64, o64), "sorted", det=True)
+tuple_plan(cufold.plus, (i64, f64), (oi64, o64), "sorted", keys=arr(np.uint16, n))
+tuple_plan(cufold.argmax, (f64, i64), (o64, oi64), "sorted", check=False)
+tuple_plan(cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (f64, f64), (o64, o64), None)
+tuple_plan(cufold.plus, (arr(np.bool_, n), arr(np.float16, n)), (oi32, o32), "warp", keys=arr(np.uint8, n))
+tuple_plan(cufold.argmax, (arr(np.int16, n), arr(np.int16, n)), (oi32, oi32), "packed", keys=arr(np.int16, n))
+tuple_plan(cufold.welford, (i32,), (o64, o64, o64), "two_pass")
+sum_max32 = cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])), identity=(0.0, -2**31), commutative=True)
+tuple_plan(sum_max32, (f32, i32), (o32, oi32), None)                                       # cas
+tuple_plan(sum_max32, (arr(np.int16, n), arr(np.bool_, n)), (arr(np.int16, 10**6), arr(np.bool_, 10**6)), "cas")
+print("%d tuple by-key kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

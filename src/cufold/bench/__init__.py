@@ -9,6 +9,7 @@ Suites (``python -m cufold bench list``):
 ``hist``       histogram f32 / bincount i32 vs torch and CuPy (:mod:`.hist`)
 ``segmented``  segmented sum vs torch.segment_reduce, cupyx CSR, ``cuda.compute.segmented_reduce``
 ``bykey``      seed 001's box, reduce_by_key_into vs torch/cupyx (:mod:`.bykey`, its own driver)
+``bykey-tuple`` tuple values by key: argmax, count + 3 sums, Welford vs PyG/torch (:mod:`.bykey_tuple`)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
 
 **Default run and --full.** A suite's default run takes under 4 minutes on an
@@ -234,6 +235,9 @@ def main(argv=None, stdout=None, stderr=None):
     if argv and argv[0] == "bykey":  # seed 001's fixed box, not log2 sizes: its own driver
         from .bykey import main as bykey_main
         return bykey_main(argv[1:], stdout=out, stderr=err)
+    if argv and argv[0] == "bykey-tuple":  # issue 25's fixed shapes: its own driver too
+        from .bykey_tuple import main as tuple_main
+        return tuple_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "list":
         for name, s in S.SUITES.items():
             sizes = "" if s.build is None else "; sizes 2^(%s), --full 2^(%s)" % (s.default_sizes, s.full_sizes)

@@ -574,6 +574,8 @@ SUITES = {
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), device copy as ceiling (--full: every scan algorithm)"),
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
+    "bykey-tuple": Suite("bykey-tuple", (), None, [], "tuple values by key: argmax, count + sums, Welford vs "
+                         "PyG/torch (cufold.bench.bykey_tuple)"),
     "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC,
                   default_sizes="20,26", full_sizes="10:28"),
     "segmented": Suite("segmented", ("float32",), _hist.segmented_cases, _hist.SEGMENTED_TARGETS,

@@ -22,6 +22,7 @@ from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_sca
 from .segmented import reduce_by_key, segmented_reduce
 from .histogram import bincount, histogram
 from .bykey import reduce_by_key_into
+from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; registers its algorithms)
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",

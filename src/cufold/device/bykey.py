@@ -100,6 +100,13 @@ kernels set only when they meet a bad key (``_Status``). With ``check=False`` th
 no synchronisation and bad keys are skipped silently (so a negative key can serve as
 "drop this element").
 
+Tuple values (``values`` and ``out`` tuples of arrays: a count beside sums, argmax
+pairs, Welford triples, your own tuple operators) run in ``cufold.device.bykey_tuple``,
+whose docstring says which path each operator takes (row-aggregated field-wise atomics,
+a packed 64-bit atomic for argmin/argmax, two field-wise passes for Welford, a
+compare-and-swap loop on a packed word for other tuples of at most 64 bits, a segmented
+reduction over sorted or grouped keys for the rest and for ``deterministic=True``).
+
 Host side: a call runs one Program per signature (``cufold.host.programs``: the
 operator and options, the three arrays' layouts, the stream), planned on its first
 call: the grouping's passes, the launches and, with ``check=True``, the synchronisation
@@ -488,11 +495,11 @@ def _span_loads(elements):
 
 
 @functools.lru_cache(maxsize=None)
-def _segment_step(spec):
+def _segment_step(op, out_vt):
     """Device function ``step(v, dist, offset)``: one step of an inclusive segmented scan
-    by ``shfl_up`` (``dist``: the lane's distance to its segment's first lane)."""
-    out_vt = ValueType.of(spec.out_dt)
-    combine = spec.op.combine(out_vt)
+    by ``shfl_up`` (``dist``: the lane's distance to its segment's first lane) of values
+    of ``out_vt`` (a scalar or a tuple type)."""
+    combine = op.combine(out_vt)
     up = out_vt.shuffle("up")
 
     @cuda.jit(device=True)
@@ -507,10 +514,16 @@ def _segment_step(spec):
 
 @functools.lru_cache(maxsize=None)
 def _segmented_scan(spec):
-    """Device function ``scan(v, heads) -> v``: the inclusive scan of ``v`` over lanes,
-    restarted at every lane of the ``heads`` ballot (lane 0 always starts a segment);
-    the 8 and 16 steps only when some segment is that long."""
-    step = _segment_step(spec)
+    """``segmented_scan(spec.op, out_dt)``: the one-field algorithms' scan."""
+    return segmented_scan(spec.op, ValueType.of(spec.out_dt))
+
+
+@functools.lru_cache(maxsize=None)
+def segmented_scan(op, out_vt):
+    """Device function ``scan(v, heads) -> v``: the inclusive scan of ``v`` (of ``out_vt``)
+    over lanes, restarted at every lane of the ``heads`` ballot (lane 0 always starts a
+    segment); the 8 and 16 steps only when some segment is that long."""
+    step = _segment_step(op, out_vt)
     full = np.uint32(FULL_MASK)
 
     @cuda.jit(device=True)
@@ -1286,8 +1299,9 @@ def _element(a, i):
         return _arrays.as_numba(a)[int(i)]
 
 
-def _raise_errors(st, epoch, keys, m, stream, device_id):
-    """After a checked call: synchronise; raise for the first bad key it recorded."""
+def _raise_errors(st, epoch, keys, m, stream, device_id, sorted_by=None):
+    """After a checked call: synchronise; raise for the first bad key it recorded.
+    ``sorted_by``: what needs sorted keys (default: ``deterministic=True``)."""
     _readback.synchronize(stream, device_id)
     if not st.flagged(epoch):
         return
@@ -1301,6 +1315,10 @@ def _raise_errors(st, epoch, keys, m, stream, device_id):
         if slot == 0:
             raise IndexError("cufold: key %d at position %d is out of range for out of length %d"
                              % (int(_element(keys, pos)), pos, m))
+        if sorted_by is not None:
+            raise ValueError("cufold: %s needs keys sorted (non-decreasing); keys[%d] = %d follows keys[%d] = %d. "
+                             "Sort keys and values by key first, or pass algorithm=None"
+                             % (sorted_by, pos, int(_element(keys, pos)), pos - 1, int(_element(keys, pos - 1))))
         raise ValueError(
             "cufold: deterministic=True needs keys sorted (grouped into runs); keys[%d] = %d follows "
             "keys[%d] = %d. Sort keys and values by key first (a stable sort), or pass "
@@ -1363,8 +1381,15 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     ----------
     keys : 1-D CUDA array of any integer dtype (signed or not, 8..64 bits)
     values : 1-D CUDA array as long as ``keys``, of a dtype that casts to ``out``'s
-        under NumPy's ``same_kind`` rule (it is cast, then accumulated in ``out``'s dtype)
-    out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64
+        under NumPy's ``same_kind`` rule (it is cast, then accumulated in ``out``'s dtype);
+        or a tuple of such arrays, one per field of a tuple value
+    out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64; or a tuple
+        of equally long 1-D arrays, one per field of the operator's value (each must hold
+        its value field under NumPy's ``safe`` rule; ``argmin``/``argmax`` into an
+        ``out`` pair and ``welford`` into an ``out`` triple take one ``values`` array and
+        lift it: ``(values[i], i)``, ``(1, values[i], 0)``). Tuple paths:
+        ``cufold.device.bykey_tuple`` (``algorithm=`` one of
+        ``cufold.algorithms("reduce_by_key_tuple")``)
     op : cufold.Op or function; must be associative, and commutative except with
         ``algorithm='sorted'``. ``plus``, ``minimum`` and ``maximum`` (NaN propagates as
         in ``np.maximum.at``) use hardware atomics; others a compare-and-swap loop.
@@ -1388,7 +1413,16 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         array([2., 4., 9.])
         >>> cufold.reduce_by_key_into(cells, mass, cupy.full(3, -cupy.inf), cufold.maximum)
         array([2., 4., 5.])
+        >>> best = (cupy.full(3, -cupy.inf), cupy.full(3, -1))    # the maximum and its position
+        >>> cufold.reduce_by_key_into(cells, mass, best, cufold.argmax)
+        (array([2., 4., 5.]), array([1, 3, 4]))
+        >>> n, mean, m2 = (cupy.zeros(3) for _ in range(3))
+        >>> _ = cufold.reduce_by_key_into(cells, mass, (n, mean, m2), cufold.welford)
+        >>> mean, m2 / n
+        (array([2., 4., 3.]), array([0., 0., 2.66666667]))
     """
+    if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
+        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
     o = _arrays.describe(out, "out")
     k = _arrays.describe(keys, "keys")
     v = _arrays.describe(values, "values")
@@ -1401,6 +1435,14 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     else:
         _bykey_programs.run(key, k, v, o)
     return out
+
+
+_SEQUENCES = (tuple, list)
+
+
+def _tuple():
+    from . import bykey_tuple     # imports this module: imported on use
+    return bykey_tuple
 
 
 def _quiet_status(device_id, stream):
