@@ -366,13 +366,12 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     Arguments: (xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, length,
     stride, outer_shape, outer_strides, splits, chunk, partials, counters, outs,
     init, has_init)."""
-    _, _, finish = _reduce_mod._protocol(spec)
-    start = _reduce_mod._protocol(spec)[0]
+    start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
     project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
     load, store_out = spec.in_vt.load, spec.out_vt.store
-    store_acc, load_acc = acc_vt.store, acc_vt.load
+    store_acc = acc_vt.store
     keep_at = _keep_at(nd_keep)
     fold = _thread_fold(spec, nd_outer)
     fold_partials = _fold_partials(acc_vt, spec.op)
