@@ -237,7 +237,7 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
         row = {"layout": lay, "axis": axis, "reduction": reduction, "shape": shape, "strides": strides,
                "plan": plan, "floor_us": floor_us,
                "contiguous_data": layout is not None and layout.kind in ("contiguous", "rows")
-               and reduction != "argmax",
+               and abs(layout.red[-1][1]) == 1 and reduction != "argmax",
                "full_noncontig": axis is None and not views[0].is_contiguous()}
         bar.describe("%s %s %s" % (lay, axis, reduction))
         calls = _calls(env, reduction, axis)

@@ -20,8 +20,9 @@ turns (shape, strides, axes) into a *layout*:
 layout         when                                          kernel
 =============  ===========================================  ====================================
 contiguous     one output, the reduced data one run          the device-wide reduce
-               of stride 1 (``x.T.sum()``, reversed           (:mod:`.reduce`, single pass,
-               vectors)                                       8-byte loads)
+               (``x.T.sum()``, reversed or strided            (:mod:`.reduce`, single pass;
+               vectors)                                       8-byte loads at stride 1;
+                                                              ``algorithm=`` applies)
 rows           the innermost reduced dimension has the        ``rows``: a group of G threads per
                smallest stride (``x.sum(axis=-1)``, and        (output, chunk): G = 1..32 lanes
                full reductions of views that do not            for short rows (several rows a
@@ -133,7 +134,7 @@ def plan_layout(shape, strides, axes, reorder):
     keep.sort(key=lambda d: _stride_order(d[1]))
     keep = _merge(keep, 2)
     if not keep:
-        kind = "contiguous" if len(red) == 1 and red[0][1] == 1 else "rows"
+        kind = "contiguous" if len(red) == 1 else "rows"
     else:
         kind = "rows" if abs(red[-1][1]) <= abs(keep[-1][1]) else "columns"
     return Layout(kind, keep, red, origin)
@@ -590,7 +591,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     extent = sum(abs(s) * (n - 1) for n, s in zip(shape, like.strides)) + 1
     origin = layout.origin - lowest
     if layout.kind == "contiguous":
-        xs = tuple(_arrays.window(a, origin + lowest, (k_count,), (1,)) for a in arrs)
+        run = layout.red[0][1]
+        xs = tuple(_arrays.window(a, layout.origin, (k_count,), (run,)) for a in arrs)
         p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, algorithm,
                              lift=lift, project=project, ddof=ddof)
         _reduce_mod.run(b, p, xs if is_tuple else xs[0], k_count, outs, init)
