@@ -270,17 +270,20 @@ def test_planner_layouts():
     plan = axis_mod.plan_layout
     # x.T reduced whole: one contiguous run (the device-wide reduce)
     assert plan((8, 6), (1, 8), (0, 1), True).kind == "contiguous"
-    # ... but argmax counts in C order: rows through the strides
-    assert plan((8, 6), (1, 8), (0, 1), False) == axis_mod.Layout("rows", (), ((8, 1), (6, 8)), 0)
+    # ... argmax reads it in memory order too, each item knowing its C-order index
+    assert plan((8, 6), (1, 8), (0, 1), True, True) == axis_mod.Layout("rows", (), ((6, 8, 1), (8, 1, 6)), 0)
+    # ... and non-commutative operators fold in C order
+    assert plan((8, 6), (1, 8), (0, 1), False) == axis_mod.Layout("rows", (), ((8, 1, 0), (6, 8, 0)), 0)
     # x[::2] whole: rows of 8 with an outer stride of 16
-    assert plan((4, 8), (16, 1), (0, 1), True) == axis_mod.Layout("rows", (), ((4, 16), (8, 1)), 0)
-    # reversed rows flip for commutative operators
-    assert plan((4, 8), (-8, -1), (0, 1), True) == axis_mod.Layout("contiguous", (), ((32, 1),), -31)
+    assert plan((4, 8), (16, 1), (0, 1), True) == axis_mod.Layout("rows", (), ((4, 16, 0), (8, 1, 0)), 0)
+    # reversed rows flip for commutative operators (an index counts down from the end)
+    assert plan((4, 8), (-8, -1), (0, 1), True) == axis_mod.Layout("contiguous", (), ((32, 1, 0),), -31)
+    assert plan((4, 8), (-8, -1), (0, 1), True, True) == axis_mod.Layout("rows", (), ((32, 1, -1),), -31, 31)
     # (64, 3, 65536) over (0, 2) permuted: the reduced dims sort by stride
-    assert plan((3, 64, 16), (16, 48, 1), (1, 2), True).red == ((64, 48), (16, 1))
+    assert plan((3, 64, 16), (16, 48, 1), (1, 2), True).red == ((64, 48, 0), (16, 1, 0))
     # broadcast dims go outermost; kept dims carry their output strides
     lay = plan((5, 4, 6), (0, 6, 1), (0, 2), True)
-    assert lay.kind == "rows" and lay.red == ((5, 0), (6, 1)) and lay.keep == ((4, 6, 1),)
+    assert lay.kind == "rows" and lay.red == ((5, 0, 0), (6, 1, 0)) and lay.keep == ((4, 6, 1),)
     lay = plan((6, 5, 7), (1, 42, 6), (1,), True)
     assert lay.kind == "columns" and lay.keep == ((7, 6, 1), (6, 1, 7))
 

@@ -131,7 +131,7 @@ def _plan_text(shape, strides, axis, reduction, device_id):
     try:
         from cufold.device import axis as A
         axes = A.normalize_axis(axis, len(shape))
-        lay = A.plan_layout(tuple(shape), tuple(strides), axes, reduction != "argmax")
+        lay = A.plan_layout(tuple(shape), tuple(strides), axes, True, reduction == "argmax")
         if lay.kind == "contiguous":
             return "reduce", lay
         s = A.schedule(lay, A.limits(device_id))
@@ -237,7 +237,7 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
         row = {"layout": lay, "axis": axis, "reduction": reduction, "shape": shape, "strides": strides,
                "plan": plan, "floor_us": floor_us,
                "contiguous_data": layout is not None and layout.kind in ("contiguous", "rows")
-               and abs(layout.red[-1][1]) == 1 and reduction != "argmax",
+               and abs(layout.red[-1][1]) == 1,
                "full_noncontig": axis is None and not views[0].is_contiguous()}
         bar.describe("%s %s %s" % (lay, axis, reduction))
         calls = _calls(env, reduction, axis)

@@ -5,14 +5,15 @@ The planner (:func:`plan_layout`, at plan time on the Program's placeholders)
 turns (shape, strides, axes) into a *layout*:
 
 1. size-1 dimensions are dropped;
-2. where the operator commutes (and the result is not an index, which must
-   count in C order), reduced dimensions with negative strides are walked
-   forwards (CuPy's reversed views) and all reduced dimensions are ordered by
-   stride, so a transposed or permuted view reduces as the memory it covers;
-   broadcast (zero-stride) dimensions go outermost. Non-commutative operators
-   and argmin/argmax keep the view's C order;
+2. where the operator commutes, reduced dimensions with negative strides are
+   walked forwards (CuPy's reversed views) and all reduced dimensions are
+   ordered by stride, so a transposed or permuted view reduces as the memory it
+   covers; broadcast (zero-stride) dimensions go outermost. argmin/argmax (whose
+   ties go to the lowest index, in any order) carry each dimension's C-order
+   index stride, so the index an item gets is NumPy's wherever it is read.
+   Non-commutative operators keep the view's C order;
 3. neighbouring dimensions that chain (outer stride = inner stride x inner
-   length) merge. Kept dimensions are ordered by stride too, each carrying its
+   length; for argmin/argmax, index strides too) merge. Kept dimensions are ordered by stride too, each carrying its
    stride in the (C-order) result, and merge where they chain in both;
 4. the layout is classified by where the smallest stride is:
 
@@ -84,10 +85,11 @@ def normalize_axis(axis, ndim):
 # --- the layout planner ------------------------------------------------------------
 
 #: A planned layout. ``keep``: ((length, input stride, output stride), ...) outer to
-#: inner; ``red``: ((length, stride), ...) outer to inner; ``origin``: the offset
-#: (elements, from the view's element 0) where reduced index 0 of output 0 lies;
-#: ``kind``: 'contiguous', 'rows' or 'columns'.
-Layout = collections.namedtuple("Layout", "kind keep red origin")
+#: inner; ``red``: ((length, stride, index stride), ...) outer to inner, where the index
+#: stride steps the item's C-order index in the reduced space (argmin/argmax; else 0);
+#: ``origin``: the offset (elements, from the view's element 0) of the first item of
+#: output 0, ``index_origin`` its C-order index; ``kind``: 'contiguous', 'rows' or 'columns'.
+Layout = collections.namedtuple("Layout", "kind keep red origin index_origin", defaults=(0,))
 
 
 def _stride_order(stride):
@@ -106,10 +108,11 @@ def _merge(dims, width):
     return tuple(out)
 
 
-def plan_layout(shape, strides, axes, reorder):
+def plan_layout(shape, strides, axes, reorder, indexed=False):
     """The :class:`Layout` of reducing a view (``shape``, element ``strides``) over
     ``axes``; ``reorder``: the reduced items may be visited in any order (a
-    commutative operator whose result is not an index)."""
+    commutative operator); ``indexed``: the items' C-order indices are needed
+    (argmin/argmax: then dimensions merge only where their indices chain too)."""
     ndim = len(shape)
     keep_dims = [d for d in range(ndim) if d not in axes]
     out_strides = {}
@@ -117,27 +120,35 @@ def plan_layout(shape, strides, axes, reorder):
     for d in reversed(keep_dims):
         out_strides[d] = size
         size *= shape[d]
-    origin = 0
+    index_strides = {}
+    size = 1
+    for d in reversed(axes):
+        index_strides[d] = size if indexed else 0
+        size *= shape[d]
+    origin = index_origin = 0
     red = []
     for d in axes:
-        n, s = shape[d], strides[d]
+        n, s, i = shape[d], strides[d], index_strides[d]
         if n == 1:
             continue
         if reorder and s < 0:
             origin += (n - 1) * s
-            s = -s
-        red.append((n, s))
+            index_origin += (n - 1) * i
+            s, i = -s, -i
+        red.append((n, s, i))
     if reorder:
         red.sort(key=lambda d: _stride_order(d[1]))
-    red = _merge(red, 1) or ((1, 0),)
+    red = _merge(red, 2) or ((1, 0, 0),)
     keep = [(shape[d], strides[d], out_strides[d]) for d in keep_dims if shape[d] != 1]
     keep.sort(key=lambda d: _stride_order(d[1]))
     keep = _merge(keep, 2)
     if not keep:
-        kind = "contiguous" if len(red) == 1 else "rows"
+        # one run: the device-wide reduce, whose item numbers are C-order indices only unflipped
+        one_run = len(red) == 1 and (not indexed or (red[0][2] == 1 and index_origin == 0))
+        kind = "contiguous" if one_run else "rows"
     else:
         kind = "rows" if abs(red[-1][1]) <= abs(keep[-1][1]) else "columns"
-    return Layout(kind, keep, red, origin)
+    return Layout(kind, keep, red, origin, index_origin)
 
 
 # --- limits (GPU or simulator) ----------------------------------------------------
@@ -208,27 +219,30 @@ def schedule(layout, lim):
 
 @functools.lru_cache(maxsize=None)
 def _outer_at(nd):
-    """Device function ``(r, shape, strides) -> offset`` of index ``r`` over the
-    reduced dimensions outside the innermost (``nd`` of them; 0: none)."""
+    """Device function ``(r, shape, strides, index_strides) -> (offset, index)`` of
+    number ``r`` over the reduced dimensions outside the innermost (``nd``; 0: none)."""
     if nd == 0:
         @cuda.jit(device=True)
-        def outer0(r, shape, strides):
-            return r * 0
+        def outer0(r, shape, strides, index_strides):
+            return r * 0, r * 0
         return outer0
     if nd == 1:
         @cuda.jit(device=True)
-        def outer1(r, shape, strides):
-            return r * strides[0]
+        def outer1(r, shape, strides, index_strides):
+            return r * strides[0], r * index_strides[0]
         return outer1
 
     @cuda.jit(device=True)
-    def outer(r, shape, strides):
+    def outer(r, shape, strides, index_strides):
         off = r * 0
+        idx = r * 0
         for d in range(nd - 1, -1, -1):
             n = shape[d]
-            off += (r % n) * strides[d]
+            j = r % n
+            off += j * strides[d]
+            idx += j * index_strides[d]
             r //= n
-        return off
+        return off, idx
     return outer
 
 
@@ -258,60 +272,80 @@ def _keep_at(nd):
 
 @functools.lru_cache(maxsize=None)
 def _thread_fold(spec, nd_outer):
-    """Device function ``(state, have, xs, base, k, k_end, step, length, stride,
-    outer_shape, outer_strides) -> (state, have)``: fold items ``k, k + step, ...``
-    (< ``k_end``) of one output's reduced space, whose innermost dimension has
-    ``length`` items of ``stride`` and whose outer ones are ``outer_*``; item 0 is
-    at ``base``. Positions advance by additions (no division per item); four
-    loads are issued ahead of their combines."""
+    """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
+    outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
+    ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
+    ``inner = (length, stride, index stride, index origin)`` and whose outer ones are
+    ``outer_*``; item 0 is at ``base``. Positions advance by additions (no division
+    per item); four loads are issued ahead of their combines. An item's number for the
+    lift is its C-order index (argmin/argmax), else its position ``k``."""
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
     outer_at = _outer_at(nd_outer)
+    indexed = spec.lift == "index"
 
     @cuda.jit(device=True)
-    def advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides):
+    def advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides, outer_index_strides):
         i += step_i
         r2 = r + step_r
         if i >= length:
             i -= length
             r2 += 1
         if r2 != r:
-            roff = outer_at(r2, outer_shape, outer_strides)
-        return r2, i, roff
+            roff, ridx = outer_at(r2, outer_shape, outer_strides, outer_index_strides)
+        return r2, i, roff, ridx
 
     @cuda.jit(device=True)
-    def fold(state, have, xs, base, k, k_end, step, length, stride, outer_shape, outer_strides):
+    def number(k, ridx, i, inner):
+        if indexed:
+            return inner[3] + ridx + i * inner[2]
+        return k
+
+    @cuda.jit(device=True)
+    def fold(state, have, xs, base, k, k_end, step, inner, outer_shape, outer_strides, outer_index_strides):
         if k >= k_end:
             return state, have
+        length = inner[0]
+        stride = inner[1]
         r = k // length
         i = k - r * length
-        roff = outer_at(r, outer_shape, outer_strides)
+        roff, ridx = outer_at(r, outer_shape, outer_strides, outer_index_strides)
         step_r = step // length
         step_i = step - step_r * length
         while k + 3 * step < k_end:
             o0 = roff + i * stride
-            r, i, roff = advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides)
+            n0 = number(k, ridx, i, inner)
+            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
+                                       outer_index_strides)
             o1 = roff + i * stride
-            r, i, roff = advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides)
+            n1 = number(k + step, ridx, i, inner)
+            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
+                                       outer_index_strides)
             o2 = roff + i * stride
-            r, i, roff = advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides)
+            n2 = number(k + 2 * step, ridx, i, inner)
+            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
+                                       outer_index_strides)
             o3 = roff + i * stride
-            r, i, roff = advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides)
+            n3 = number(k + 3 * step, ridx, i, inner)
+            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
+                                       outer_index_strides)
             x0 = load(xs, base + o0)
             x1 = load(xs, base + o1)
             x2 = load(xs, base + o2)
             x3 = load(xs, base + o3)
-            state = update(state, x0, k) if have else start(x0, k)
+            state = update(state, x0, n0) if have else start(x0, n0)
             have = True
-            state = update(state, x1, k + step)
-            state = update(state, x2, k + 2 * step)
-            state = update(state, x3, k + 3 * step)
+            state = update(state, x1, n1)
+            state = update(state, x2, n2)
+            state = update(state, x3, n3)
             k += 4 * step
         while k < k_end:
             x = load(xs, base + roff + i * stride)
-            state = update(state, x, k) if have else start(x, k)
+            n = number(k, ridx, i, inner)
+            state = update(state, x, n) if have else start(x, n)
             have = True
-            r, i, roff = advance(r, i, roff, step_r, step_i, length, outer_shape, outer_strides)
+            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
+                                       outer_index_strides)
             k += step
         return state, have
 
@@ -364,9 +398,10 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
     partials the last group to arrive folds.
 
-    Arguments: (xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, length,
-    stride, outer_shape, outer_strides, splits, chunk, partials, counters, outs,
-    init, has_init)."""
+    Arguments: (xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+    outer_shape, outer_strides, outer_index_strides, splits, chunk, partials, counters,
+    outs, init, has_init); ``inner``: (length, stride, index stride, index origin) of
+    the innermost reduced dimension (see :func:`_thread_fold`)."""
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
@@ -402,8 +437,8 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
         # the group's lanes in one warp: the leader's flag, broadcast
         return cuda.shfl_sync(0xFFFFFFFF, flag, (cuda.laneid // group) * group)
 
-    def rows(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, length, stride, outer_shape,
-             outer_strides, splits, chunk, partials, counters, outs, init, has_init):
+    def rows(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+             outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
         tid = cuda.threadIdx.x
         t = tid % group
         groups = cuda.gridDim.x * groups_per_block
@@ -420,8 +455,8 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
             k1 = min(k0 + chunk, k_count)
             lo, hi, step = _assign_dev(k0, k1, t, group, strided)
             state = start(load(xs, base), k0)     # a state of the right type, unused until `have`
-            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, length, stride, outer_shape,
-                               outer_strides)
+            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, inner, outer_shape,
+                               outer_strides, outer_index_strides)
             total = reduce_group(finish(state), _threads_with_items(k1 - k0, group, strided))
             if not split:
                 if t == 0:
@@ -491,8 +526,8 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
             offset *= 2
         return value
 
-    def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, length, stride, outer_shape,
-                outer_strides, splits, chunk, partials, counters, outs, init, has_init):
+    def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+                outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
         temp = shared()
         tid = cuda.threadIdx.x
         x = tid % tx
@@ -510,8 +545,8 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
             k1 = min(k0 + chunk, k_count)
             lo, hi, step = _assign_dev(k0, k1, y, ty, strided)
             state = start(load(xs, base), k0)
-            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, length, stride, outer_shape,
-                               outer_strides)
+            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, inner, outer_shape,
+                               outer_strides, outer_index_strides)
             total = tree(finish(state), temp, x, y, _threads_with_items(k1 - k0, ty, strided))
             if not split:
                 if y == 0 and m < m_count:
@@ -585,13 +620,13 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
                  (outs, m_count, out_vt.make(value)))
         return
     op = prep.op
-    layout = plan_layout(shape, like.strides, axes, op.commutative and lift != "index")
+    layout = plan_layout(shape, like.strides, axes, op.commutative, lift == "index")
     # Element offsets from the lowest address, so every index is non-negative.
     lowest = sum(s * (n - 1) for n, s in zip(shape, like.strides) if s < 0)
     extent = sum(abs(s) * (n - 1) for n, s in zip(shape, like.strides)) + 1
     origin = layout.origin - lowest
     if layout.kind == "contiguous":
-        run = layout.red[0][1]
+        run = layout.red[0][1]    # (an index lift's run is unflipped: its item numbers are the indices)
         xs = tuple(_arrays.window(a, layout.origin, (k_count,), (run,)) for a in arrs)
         p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, algorithm,
                              lift=lift, project=project, ddof=ddof)
@@ -601,10 +636,10 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     xs = flat if is_tuple else flat[0]
     sched = schedule(layout, limits(b.device_id))
     keep_dims = layout.keep or ((1, 0, 0),)
-    length, stride = layout.red[-1]
+    length, stride, index_stride = layout.red[-1]
     outer = layout.red[:-1]
     nd_outer = len(outer)
-    outer = outer or ((1, 0),)
+    outer = outer or ((1, 0, 0),)
     spec = _reduce_mod.Spec(op, prep.in_vt, prep.acc_vt, out_vt, lift, project, ddof,
                             _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative)
     has_init = init is not None
@@ -614,7 +649,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     i64 = np.int64
     args = (xs, i64(origin), i64(m_count), tuple(i64(d[0]) for d in keep_dims),
             tuple(i64(d[1]) for d in keep_dims), tuple(i64(d[2]) for d in keep_dims), i64(k_count),
-            i64(length), i64(stride), tuple(i64(d[0]) for d in outer), tuple(i64(d[1]) for d in outer),
+            (i64(length), i64(stride), i64(index_stride), i64(layout.index_origin)),
+            tuple(i64(d[0]) for d in outer), tuple(i64(d[1]) for d in outer), tuple(i64(d[2]) for d in outer),
             i64(sched.split), i64(sched.chunk), partials, counters, outs, init_value, has_init)
     split = sched.split > 1
     if sched.kernel == "rows":
