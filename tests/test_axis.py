@@ -222,6 +222,7 @@ KERNEL_CASES = [
     ((40, 30), (1,), ("rows", 8, 1)),           # sub-warp groups
     ((3, 200), (1,), ("rows", 32, 3)),          # a warp per row, split in 3
     ((2, 700), (1,), ("rows", 64, 2)),          # a block per row, split
+    ((3, 2000), (1,), ("rows", 64, 2)),         # ... with runs of 15 items a thread (the unrolled loop)
     ((1500, 3), (0,), ("columns", 4, 4)),       # 4 columns x 16 threads, split
     ((40, 40), (0,), ("columns", 32, 2)),       # 32 columns x 2 threads, split
     ((64, 200), (0,), ("columns", 32, 1)),      # enough column tiles: no split

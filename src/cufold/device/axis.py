@@ -60,9 +60,15 @@ import functools
 import numpy as np
 from numba import config, cuda
 
-from .. import block, warp
+from .. import _codegen, block, warp
 from ..host import arrays as _arrays, launch as _launch
 from . import reduce as _reduce_mod
+
+
+#: Loads a thread issues before combining them (items of up to 4 bytes: UNROLL_SMALL):
+#: enough bytes in flight per SM to cover the memory latency at full occupancy.
+UNROLL = 4
+UNROLL_SMALL = 8
 
 
 def normalize_axis(axis, ndim):
@@ -277,12 +283,14 @@ def _thread_fold(spec, nd_outer):
     ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
     ``inner = (length, stride, index stride, index origin)`` and whose outer ones are
     ``outer_*``; item 0 is at ``base``. Positions advance by additions (no division
-    per item); four loads are issued ahead of their combines. An item's number for the
+    per item); UNROLL (UNROLL_SMALL for scalars of 4 bytes or less) loads are issued
+    ahead of their combines. An item's number for the
     lift is its C-order index (argmin/argmax), else its position ``k``."""
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
     outer_at = _outer_at(nd_outer)
     indexed = spec.lift == "index"
+    unroll = UNROLL_SMALL if not spec.in_vt.is_tuple and spec.in_vt.itemsize <= 4 else UNROLL
 
     @cuda.jit(device=True)
     def advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides, outer_index_strides):
@@ -301,54 +309,35 @@ def _thread_fold(spec, nd_outer):
             return inner[3] + ridx + i * inner[2]
         return k
 
-    @cuda.jit(device=True)
-    def fold(state, have, xs, base, k, k_end, step, inner, outer_shape, outer_strides, outer_index_strides):
-        if k >= k_end:
-            return state, have
-        length = inner[0]
-        stride = inner[1]
-        r = k // length
-        i = k - r * length
-        roff, ridx = outer_at(r, outer_shape, outer_strides, outer_index_strides)
-        step_r = step // length
-        step_i = step - step_r * length
-        while k + 3 * step < k_end:
-            o0 = roff + i * stride
-            n0 = number(k, ridx, i, inner)
-            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
-                                       outer_index_strides)
-            o1 = roff + i * stride
-            n1 = number(k + step, ridx, i, inner)
-            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
-                                       outer_index_strides)
-            o2 = roff + i * stride
-            n2 = number(k + 2 * step, ridx, i, inner)
-            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
-                                       outer_index_strides)
-            o3 = roff + i * stride
-            n3 = number(k + 3 * step, ridx, i, inner)
-            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
-                                       outer_index_strides)
-            x0 = load(xs, base + o0)
-            x1 = load(xs, base + o1)
-            x2 = load(xs, base + o2)
-            x3 = load(xs, base + o3)
-            state = update(state, x0, n0) if have else start(x0, n0)
-            have = True
-            state = update(state, x1, n1)
-            state = update(state, x2, n2)
-            state = update(state, x3, n3)
-            k += 4 * step
-        while k < k_end:
-            x = load(xs, base + roff + i * stride)
-            n = number(k, ridx, i, inner)
-            state = update(state, x, n) if have else start(x, n)
-            have = True
-            r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides,
-                                       outer_index_strides)
-            k += step
-        return state, have
-
+    # The unrolled loop, generated for UNROLL items: all their loads issued before
+    # the first combine (the loads, not the arithmetic, set the pace).
+    walk = "outer_shape, outer_strides, outer_index_strides"
+    lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
+             "    if k >= k_end:", "        return state, have",
+             "    length = inner[0]", "    stride = inner[1]",
+             "    r = k // length", "    i = k - r * length",
+             "    roff, ridx = outer_at(r, %s)" % walk,
+             "    step_r = step // length", "    step_i = step - step_r * length",
+             "    while k + %d * step < k_end:" % (unroll - 1)]
+    for j in range(unroll):
+        lines += ["        o%d = roff + i * stride" % j,
+                  "        n%d = number(k + %d * step, ridx, i, inner)" % (j, j),
+                  "        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk]
+    lines += ["        x%d = load(xs, base + o%d)" % (j, j) for j in range(unroll)]
+    lines += ["        state = update(state, x0, n0) if have else start(x0, n0)", "        have = True"]
+    lines += ["        state = update(state, x%d, n%d)" % (j, j) for j in range(1, unroll)]
+    lines += ["        k += %d * step" % unroll,
+              "    while k < k_end:",
+              "        x = load(xs, base + roff + i * stride)",
+              "        n = number(k, ridx, i, inner)",
+              "        state = update(state, x, n) if have else start(x, n)",
+              "        have = True",
+              "        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk,
+              "        k += step",
+              "    return state, have"]
+    fold = _codegen.build("\n".join(lines) + "\n", "fold",
+                          {"outer_at": outer_at, "number": number, "advance": advance, "load": load,
+                           "start": start, "update": update})
     return fold
 
 
