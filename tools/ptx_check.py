@@ -171,6 +171,9 @@ LAYOUTS = [  # (shape, strides, axes): what each exercises
     ((8192, 8192), (8192, 1), (0,)),      # columns, split
     ((64, 1 << 20), (1 << 20, 1), (0,)),  # columns, no split (the tiles fill the GPU)
     ((8, 64, 4096), (64 * 4096 * 2, 4096, 1), (0, 1)),  # columns, two reduced dims
+    ((1 << 24, 4), (4, 1), (0,)),         # columns of 4 x 64 threads, split
+    ((1 << 24, 4), (4, 1), (1,)),         # rows, a thread per row
+    ((64, 65536, 3), (196608, 1, 65536), (0,)),   # columns over two kept dims (y.permute(0, 2, 1))
 ]
 CASES = [(D._SUM, np.float32), (D._SUM, np.float64), (D._SUM, np.int32), (D._ARGMAX, np.float32),
          (D._MAX, np.float32)]
@@ -189,6 +192,6 @@ for shape, strides, axes in LAYOUTS[1:3] + LAYOUTS[4:5] + LAYOUTS[7:8]:
     xi = view(np.int64, shape, strides)
     ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
 axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]
-for key in sorted({(k[0],) + tuple(k[2:]) for k in axis_keys}, key=str):
-    print("  ok   %s %s" % (key[0], " ".join(map(str, key[1:]))))
+for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt)) + tuple(k[2:]) for k in axis_keys}, key=str):
+    print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
