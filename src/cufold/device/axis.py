@@ -284,7 +284,8 @@ def _thread_fold(spec, nd_outer):
     ``inner = (length, stride, index stride, index origin)`` and whose outer ones are
     ``outer_*``; item 0 is at ``base``. Positions advance by additions (no division
     per item); UNROLL (UNROLL_SMALL for scalars of 4 bytes or less) loads are issued
-    ahead of their combines. An item's number for the
+    ahead of their combines, in the last, partial batch too (a short row's items
+    are one round trip to memory, not one each). An item's number for the
     lift is its C-order index (argmin/argmax), else its position ``k``."""
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
@@ -326,15 +327,22 @@ def _thread_fold(spec, nd_outer):
     lines += ["        x%d = load(xs, base + o%d)" % (j, j) for j in range(unroll)]
     lines += ["        state = update(state, x0, n0) if have else start(x0, n0)", "        have = True"]
     lines += ["        state = update(state, x%d, n%d)" % (j, j) for j in range(1, unroll)]
-    lines += ["        k += %d * step" % unroll,
-              "    while k < k_end:",
-              "        x = load(xs, base + roff + i * stride)",
-              "        n = number(k, ridx, i, inner)",
-              "        state = update(state, x, n) if have else start(x, n)",
-              "        have = True",
-              "        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk,
-              "        k += step",
-              "    return state, have"]
+    lines += ["        k += %d * step" % unroll]
+    # The last, partial batch (fewer than UNROLL items: all of a short row's): every load
+    # issued before the first combine too; past the end, item 0 is read again, not combined.
+    lines += ["    if k < k_end:"]
+    for j in range(unroll - 1):
+        lines += ["        o%d = roff + i * stride" % j,
+                  "        n%d = number(k + %d * step, ridx, i, inner)" % (j, j)]
+        if j < unroll - 2:
+            lines += ["        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk]
+    lines += ["        x0 = load(xs, base + o0)"]
+    lines += ["        x%d = load(xs, base + (o%d if k + %d * step < k_end else o0))" % (j, j, j)
+              for j in range(1, unroll - 1)]
+    lines += ["        state = update(state, x0, n0) if have else start(x0, n0)", "        have = True"]
+    for j in range(1, unroll - 1):
+        lines += ["        if k + %d * step < k_end:" % j, "            state = update(state, x%d, n%d)" % (j, j)]
+    lines += ["    return state, have"]
     fold = _codegen.build("\n".join(lines) + "\n", "fold",
                           {"outer_at": outer_at, "number": number, "advance": advance, "load": load,
                            "start": start, "update": update})
