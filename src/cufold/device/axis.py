@@ -316,9 +316,11 @@ def _thread_fold(spec, nd_outer):
     lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
              "    if k >= k_end:", "        return state, have",
              "    length = inner[0]", "    stride = inner[1]",
-             "    r = k // length", "    i = k - r * length",
+             # (64-bit divisions cost ~40 instructions: a row's first item needs none)
+             "    r = k // length if k >= length else k * 0", "    i = k - r * length",
              "    roff, ridx = outer_at(r, %s)" % walk,
-             "    step_r = step // length", "    step_i = step - step_r * length",
+             "    step_r = step // length if step >= length else step * 0",
+             "    step_i = step - step_r * length",
              "    while k + %d * step < k_end:" % (unroll - 1)]
     for j in range(unroll):
         lines += ["        o%d = roff + i * stride" % j,
@@ -444,8 +446,12 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
         # Sub-warp groups in one warp may run different counts of items; a whole warp
         # (or block) always runs its items together.
         while w < work:
-            m = w // splits
-            c = w - m * splits
+            if split:
+                m = w // splits
+                c = w - m * splits
+            else:
+                m = w
+                c = w * 0
             in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
             base = origin + in_off
             k0 = c * chunk
