@@ -226,6 +226,7 @@ KERNEL_CASES = [
     ((1500, 3), (0,), ("columns", 4, 4)),       # 4 columns x 16 threads, split
     ((40, 40), (0,), ("columns", 32, 2)),       # 32 columns x 2 threads, split
     ((64, 200), (0,), ("columns", 32, 1)),      # enough column tiles: no split
+    ((2, 300), (0,), ("columns", 64, 1)),       # 2 items a column: one thread each, 64 columns a block
 ]
 
 

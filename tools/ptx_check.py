@@ -174,6 +174,7 @@ LAYOUTS = [  # (shape, strides, axes): what each exercises
     ((1 << 24, 4), (4, 1), (0,)),         # columns of 4 x 64 threads, split
     ((1 << 24, 4), (4, 1), (1,)),         # rows, a thread per row
     ((64, 65536, 3), (196608, 1, 65536), (0,)),   # columns over two kept dims (y.permute(0, 2, 1))
+    ((64, 3, 65536), (196608, 65536, 1), (1,)),   # columns of 3 items: 256 x 1 threads
 ]
 CASES = [(D._SUM, np.float32), (D._SUM, np.float64), (D._SUM, np.int32), (D._ARGMAX, np.float32),
          (D._MAX, np.float32)]

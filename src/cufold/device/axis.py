@@ -32,7 +32,8 @@ rows           the innermost reduced dimension has the        ``rows``: a group 
 columns        a kept dimension has the smallest stride       ``columns``: a block of TX x TY
                (``x.sum(axis=0)``)                             threads, TX along the contiguous
                                                                kept dimension (coalesced), TY
-                                                               along the reduced one, combined
+                                                               along the reduced one (as many
+                                                               as its items keep busy), combined
                                                                in shared memory
 =============  ===========================================  ====================================
 
@@ -208,9 +209,12 @@ def schedule(layout, lim):
         per_block = nt // group
         grid = max(1, min(-(-work // per_block), lim.blocks * 32))
         return Schedule("rows", group, 0, 0, split, chunk, grid, nt)
+    # TX along the kept dimension (at least a warp's worth where it is that long, so loads
+    # coalesce), TY along the reduced one: no more threads than the items keep busy
+    # (min_items each), the rest of the block on more columns.
     inner = layout.keep[-1][0]
-    tx = min(32, _pow2_at_least(inner))
-    ty = nt // tx
+    ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)))
+    tx = nt // ty
     tiles = -(-m // tx)
     split = 1
     if tiles < lim.blocks:
