@@ -351,3 +351,25 @@ if given is not None:
             got = getattr(cufold, op)(d, axis=axes)
             ref = getattr(np, op)(x, axis=axes)
             np.testing.assert_allclose(host(got), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, view", [((6, 40), "whole"), ((2, 700), "whole"), ((60, 70), "rows_strided"),
+                                         ((6, 41), "offset")])
+def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
+    """4-byte rows read 8 bytes a load where every row starts 8-byte aligned; not where
+    they cannot (odd rows, an odd start)."""
+    from cufold.host import launch as launch_mod
+    keys = []
+    real = launch_mod.kernel_for
+    monkeypatch.setattr(launch_mod, "kernel_for", lambda fn, key, args: keys.append(key) or real(fn, key, args))
+    cufold.device._SUM.programs.clear()         # plan again: the launches are made when planned
+    x = rng.integers(-50, 50, shape).astype(np.float32)
+    d = cuda.to_device(x)
+    dv, xv = {"whole": (d, x), "rows_strided": (d[::2], x[::2]), "offset": (d[:, 1:], x[:, 1:])}[view]
+    axis = None if view == "rows_strided" else 1
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.sum(dv, axis=axis)), xv.sum(axis=axis))
+    m = host(cufold.mean(dv, axis=axis))
+    np.testing.assert_allclose(m, xv.mean(axis=axis, dtype=np.float64), rtol=1e-6)
+    wide = [k[1].wide for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"]
+    assert wide and all(wide) == (view != "offset") and any(wide) == (view != "offset")

@@ -162,7 +162,8 @@ def view(dtype, shape, strides):
 
 LAYOUTS = [  # (shape, strides, axes): what each exercises
     ((8192, 64), (64, 1), (1,)),          # rows, sub-warp groups of 16 lanes
-    ((1 << 16, 8), (8, 1), (1,)),         # rows, sub-warp groups of 2
+    ((1 << 16, 8), (8, 1), (1,)),         # rows, sub-warp groups of 2 (4-byte items: 8-byte loads)
+    ((1 << 16, 7), (7, 1), (1,)),         # rows of an odd length: 4-byte loads
     ((256, 1024), (1024, 1), (1,)),       # rows, warp groups, split
     ((65536, 1024), (1024, 1), (1,)),     # rows, warp groups
     ((64, 65536), (65536, 1), (1,)),      # rows, block groups, split
@@ -193,6 +194,7 @@ for shape, strides, axes in LAYOUTS[1:3] + LAYOUTS[4:5] + LAYOUTS[7:8]:
     xi = view(np.int64, shape, strides)
     ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
 axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]
-for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt)) + tuple(k[2:]) for k in axis_keys}, key=str):
+for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide else "")) + tuple(k[2:])
+                   for k in axis_keys}, key=str):
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

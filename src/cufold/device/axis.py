@@ -66,6 +66,9 @@ from ..host import arrays as _arrays, launch as _launch
 from . import reduce as _reduce_mod
 
 
+#: Read 4-byte items of contiguous rows 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``:
+#: never), as the device-wide reduce does.
+WIDE_LOADS = _reduce_mod.WIDE_LOADS
 #: Loads a thread issues before combining them (items of up to 4 bytes: UNROLL_SMALL):
 #: enough bytes in flight per SM to cover the memory latency at full occupancy.
 UNROLL = 4
@@ -295,7 +298,8 @@ def _thread_fold(spec, nd_outer):
     load = spec.in_vt.load
     outer_at = _outer_at(nd_outer)
     indexed = spec.lift == "index"
-    unroll = UNROLL_SMALL if not spec.in_vt.is_tuple and spec.in_vt.itemsize <= 4 else UNROLL
+    wide = spec.wide
+    unroll = UNROLL if wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4 else UNROLL_SMALL
 
     @cuda.jit(device=True)
     def advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides, outer_index_strides):
@@ -314,6 +318,21 @@ def _thread_fold(spec, nd_outer):
             return inner[3] + ridx + i * inner[2]
         return k
 
+    def first_update(pad, j):
+        """Fold the first loaded value (``have`` tells start from update)."""
+        if wide:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j),
+                    pad + "state = update(state, lo%d, n%d) if have else start(lo%d, n%d)" % (j, j, j, j),
+                    pad + "have = True", pad + "state = update(state, hi%d, n%d)" % (j, j)]
+        return [pad + "state = update(state, x%d, n%d) if have else start(x%d, n%d)" % (j, j, j, j),
+                pad + "have = True"]
+
+    def updates(pad, j):
+        if wide:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j), pad + "state = update(state, lo%d, n%d)" % (j, j),
+                    pad + "state = update(state, hi%d, n%d)" % (j, j)]
+        return [pad + "state = update(state, x%d, n%d)" % (j, j)]
+
     # The unrolled loop, generated for UNROLL items: all their loads issued before
     # the first combine (the loads, not the arithmetic, set the pace).
     walk = "outer_shape, outer_strides, outer_index_strides"
@@ -331,8 +350,9 @@ def _thread_fold(spec, nd_outer):
                   "        n%d = number(k + %d * step, ridx, i, inner)" % (j, j),
                   "        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk]
     lines += ["        x%d = load(xs, base + o%d)" % (j, j) for j in range(unroll)]
-    lines += ["        state = update(state, x0, n0) if have else start(x0, n0)", "        have = True"]
-    lines += ["        state = update(state, x%d, n%d)" % (j, j) for j in range(1, unroll)]
+    lines += first_update("        ", 0)
+    for j in range(1, unroll):
+        lines += updates("        ", j)
     lines += ["        k += %d * step" % unroll]
     # The last, partial batch (fewer than UNROLL items: all of a short row's): every load
     # issued before the first combine too; past the end, item 0 is read again, not combined.
@@ -345,13 +365,18 @@ def _thread_fold(spec, nd_outer):
     lines += ["        x0 = load(xs, base + o0)"]
     lines += ["        x%d = load(xs, base + (o%d if k + %d * step < k_end else o0))" % (j, j, j)
               for j in range(1, unroll - 1)]
-    lines += ["        state = update(state, x0, n0) if have else start(x0, n0)", "        have = True"]
+    lines += first_update("        ", 0)
     for j in range(1, unroll - 1):
-        lines += ["        if k + %d * step < k_end:" % j, "            state = update(state, x%d, n%d)" % (j, j)]
+        lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
     lines += ["    return state, have"]
-    fold = _codegen.build("\n".join(lines) + "\n", "fold",
-                          {"outer_at": outer_at, "number": number, "advance": advance, "load": load,
-                           "start": start, "update": update})
+    env = {"outer_at": outer_at, "number": number, "advance": advance, "load": load, "start": start,
+           "update": update}
+    if wide:     # xs holds 8-byte pairs of 4-byte items, the lower first
+        env["load"] = _codegen.build("def load(pairs, i):\n    return pairs[np.uint64(i)]\n", "load")
+        env["halves"] = _codegen.build(
+            "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
+            {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
+    fold = _codegen.build("\n".join(lines) + "\n", "fold", env)
     return fold
 
 
@@ -416,6 +441,8 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
     whole_block = group == nt
+    reads = _codegen.build("def reads(xs):\n    return %s\n" % ("xs.view(np.uint64)" if spec.wide else "xs"),
+                           "reads")
     if whole_block:
         group_reduce = block.reduce(spec.op, acc_vt, nt, partial=True)
     elif group > 1:
@@ -445,6 +472,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
         tid = cuda.threadIdx.x
         t = tid % group
         groups = cuda.gridDim.x * groups_per_block
+        src = reads(xs)           # (wide: the items as 8-byte pairs; the geometry counts pairs)
         work = m_count * splits
         w = cuda.blockIdx.x * groups_per_block + tid // group
         # Sub-warp groups in one warp may run different counts of items; a whole warp
@@ -461,8 +489,8 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
             k0 = c * chunk
             k1 = min(k0 + chunk, k_count)
             lo, hi, step = _assign_dev(k0, k1, t, group, strided)
-            state = start(load(xs, base), k0)     # a state of the right type, unused until `have`
-            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, inner, outer_shape,
+            state = start(load(xs, 0), k0)     # a state of the right type, unused until `have`
+            state, have = fold(state, np.bool_(False), src, base, lo, hi, step, inner, outer_shape,
                                outer_strides, outer_index_strides)
             total = reduce_group(finish(state), _threads_with_items(k1 - k0, group, strided))
             if not split:
@@ -649,6 +677,19 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     outer = outer or ((1, 0, 0),)
     spec = _reduce_mod.Spec(op, prep.in_vt, prep.acc_vt, out_vt, lift, project, ddof,
                             _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative)
+    chunk = sched.chunk + (sched.chunk & 1)
+    if (WIDE_LOADS and sched.kernel == "rows" and op.commutative and lift != "index" and not is_tuple
+            and prep.in_vt.itemsize == 4 and prep.in_vt.fields[0].kind in "iuf" and stride == 1
+            and length % 2 == 0 and origin % 2 == 0 and extent % 2 == 0 and not xs.ptr & 7
+            and all(d[1] % 2 == 0 for d in layout.red[:-1] + layout.keep)):
+        # 8-byte loads: every row starts on an even element of an 8-byte aligned extent, so
+        # the reduction runs over pairs, with the geometry halved (chunks of whole pairs).
+        sched = sched._replace(chunk=chunk, split=-(-k_count // chunk))
+        spec = spec._replace(wide=True)
+        origin, k_count, length = origin // 2, k_count // 2, length // 2
+        keep_dims = tuple((n, s // 2, o) for n, s, o in keep_dims)
+        outer = tuple((n, s // 2, i) for n, s, i in outer)
+        sched = sched._replace(chunk=sched.chunk // 2)
     has_init = init is not None
     init_value = prep.acc_vt.make(init) if has_init else _reduce_mod._zero(prep.acc_vt)
     partials, counters = _split_workspace(b, prep.acc_vt, m_count * sched.split if sched.split > 1 else 1,
