@@ -28,7 +28,9 @@ rows           the innermost reduced dimension has the        ``rows``: a group 
                smallest stride (``x.sum(axis=-1)``, and        (output, chunk): G = 1..32 lanes
                full reductions of views that do not            for short rows (several rows a
                collapse: ``x[::2].sum()``)                     warp), a whole block for long rows
-                                                               (>= ``long_row`` items)
+                                                               (>= ``long_row`` items); 4-byte
+                                                               items 8 bytes a load where every
+                                                               row starts 8-byte aligned
 columns        a kept dimension has the smallest stride       ``columns``: a block of TX x TY
                (``x.sum(axis=0)``)                             threads, TX along the contiguous
                                                                kept dimension (coalesced), TY
@@ -441,8 +443,9 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
     whole_block = group == nt
-    reads = _codegen.build("def reads(xs):\n    return %s\n" % ("xs.view(np.uint64)" if spec.wide else "xs"),
-                           "reads")
+    # inlined: Numba returns a new array (the view) only from a function inlined at the IR level
+    reads = cuda.jit(device=True, inline="always")(_codegen.build(
+        "def reads(xs):\n    return %s\n" % ("xs.view(np.uint64)" if spec.wide else "xs"), "reads", device=False))
     if whole_block:
         group_reduce = block.reduce(spec.op, acc_vt, nt, partial=True)
     elif group > 1:
