@@ -188,7 +188,9 @@ for reduction, dt in CASES:
 moments = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean_var", 0, None, dt), name="mean_var",
                        needs_items=True)
 ordered = D._Reduction(cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1])), name="affine")
-for shape, strides, axes in LAYOUTS[1:3] + LAYOUTS[4:5] + LAYOUTS[7:8]:
+SOME = [lay for lay in LAYOUTS if lay[0] in ((1 << 16, 8), (1 << 16, 7), (256, 1024), (64, 65536), (8192, 8192),
+                                               (1 << 24, 4))]
+for shape, strides, axes in SOME:
     x = view(np.float32, shape, strides)
     moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
     xi = view(np.int64, shape, strides)
