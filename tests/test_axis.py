@@ -103,3 +103,273 @@ def test_full_sum_of_transposed_300x200(rng):
         assert got.dtype == xv.sum().dtype
         assert got == xv.sum()
     np.testing.assert_array_equal(host(cufold.sum(d.T, axis=1)), x.T.sum(axis=1))
+
+
+# --- the layout planner: every layout, axis and reduction ----------------------------------
+
+from numpy.lib.stride_tricks import as_strided  # noqa: E402
+
+from cufold.device import axis as axis_mod  # noqa: E402
+
+
+class _CAI:
+    def __init__(self, keep, **kw):
+        self.keep = keep
+        self.__cuda_array_interface__ = dict(kw)
+
+
+def strided_view(base, offset, shape, strides):
+    """(device view, host view) of ``base`` (1-D, host): element ``offset``, element
+    ``strides`` of any sign or zero (CuPy's negative strides, broadcasts)."""
+    isz = base.itemsize
+    ref = as_strided(base[offset:], shape, tuple(s * isz for s in strides))
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray(as_strided(base.copy()[offset:], shape, tuple(s * isz for s in strides))), ref
+    d = cuda.to_device(base)
+    ptr = d.device_ctypes_pointer.value + offset * isz
+    return _CAI(d, shape=tuple(shape), typestr=base.dtype.str, data=(ptr, False),
+                strides=tuple(s * isz for s in strides), version=3), ref
+
+
+# (offset, shape, strides) over a base of 400 elements: C order, transposed, permuted,
+# strided, reversed (negative), broadcast (zero), and mixes of them.
+LAYOUT_MATRIX = {
+    "contiguous": (0, (4, 5, 6), (30, 6, 1)),
+    "transposed": (0, (6, 5, 4), (1, 6, 30)),
+    "permuted": (0, (5, 4, 6), (6, 30, 1)),
+    "strided": (1, (4, 3, 5), (60, 12, 2)),
+    "reversed": (119, (4, 5, 6), (-30, -6, -1)),
+    "reversed_inner": (5, (4, 5, 6), (30, 6, -1)),
+    "broadcast": (3, (4, 5, 6), (30, 0, 1)),
+    "broadcast_reversed": (200, (3, 4, 5), (-7, 0, -40)),
+}
+ALL_AXES = [None, 0, 1, 2, (0, 1), (0, 2), (1, 2), (0, 1, 2)]
+
+
+def _check(got, ref, exact):
+    got = host(got)
+    assert got.shape == np.shape(ref), (got.shape, np.shape(ref))
+    if exact:
+        np.testing.assert_array_equal(got, ref)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUT_MATRIX))
+def test_layout_matrix(rng, layout):
+    offset, shape, strides = LAYOUT_MATRIX[layout]
+    ints = rng.integers(-4, 5, 400).astype(np.int32)
+    floats = rng.normal(1, 2, 400)                    # float64: NumPy's reference in float64
+    di, xi = strided_view(ints, offset, shape, strides)
+    ds, xs = strided_view(np.where(ints > 0, 1, -1).astype(np.int32), offset, shape, strides)
+    df, xf = strided_view(floats, offset, shape, strides)
+    for axis in ALL_AXES:
+        keepdims = axis in (1, (0, 2))
+        kw = dict(axis=axis, keepdims=keepdims)
+        _check(cufold.sum(di, **kw), xi.sum(**kw), True)
+        _check(cufold.prod(ds, **kw), xs.prod(**kw), True)
+        _check(cufold.min(di, **kw), xi.min(**kw), True)
+        _check(cufold.max(df, **kw), xf.max(**kw), True)
+        _check(cufold.mean(df, **kw), xf.mean(**kw), False)
+        _check(cufold.var(di, **kw), xi.var(**kw), False)
+        m, v = cufold.mean_var(df, ddof=1, **kw)
+        _check(m, xf.mean(**kw), False)
+        _check(v, xf.var(ddof=1, **kw), False)
+        both = cufold.reduce((di, df), cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])), commutative=True),
+                             **kw)
+        _check(both[0], xi.sum(**kw), True)
+        _check(both[1], xf.max(**kw), True)
+        if axis is None or isinstance(axis, int):
+            _check(cufold.argmax(di, axis=axis), xi.argmax(axis=axis), True)    # ties: the first wins
+            _check(cufold.argmin(df, axis=axis), xf.argmin(axis=axis), True)
+
+
+def _affine_fold(a, b, axis):
+    """The C-order fold of affine maps (a, b) then (c, d) = (a*c, b*c + d) over ``axis``."""
+    to = tuple(range(-len(axis), 0))
+    a, b = np.moveaxis(a, axis, to), np.moveaxis(b, axis, to)
+    lead = a.shape[:-len(axis)]
+    a = a.reshape(lead + (-1,))
+    b = b.reshape(lead + (-1,))
+    ra, rb = a[..., 0].copy(), b[..., 0].copy()
+    for j in range(1, a.shape[-1]):
+        ra, rb = ra * a[..., j], rb * a[..., j] + b[..., j]
+    return ra, rb
+
+
+AFFINE = cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "reversed", "broadcast"])
+def test_non_commutative_views_fold_in_c_order(rng, layout):
+    offset, shape, strides = LAYOUT_MATRIX[layout]
+    a = rng.choice([-1, 1], 400).astype(np.int64)
+    b = rng.integers(-3, 4, 400).astype(np.int64)
+    da, xa = strided_view(a, offset, shape, strides)
+    db, xb = strided_view(b, offset, shape, strides)
+    for axis in [(0,), (2,), (0, 1), (1, 2), (0, 1, 2)]:
+        got = cufold.reduce((da, db), AFFINE, axis=axis)
+        ra, rb = _affine_fold(xa, xb, axis)
+        np.testing.assert_array_equal(host(got[0]), ra)
+        np.testing.assert_array_equal(host(got[1]), rb)
+
+
+# Shapes that reach each kernel under the simulator's limits (axis.limits): groups of 1..16
+# lanes, warps and blocks per row, splits across blocks, columns with and without splits.
+KERNEL_CASES = [
+    ((40, 3), (1,), ("rows", 1, 1)),            # a lane per row
+    ((40, 30), (1,), ("rows", 8, 1)),           # sub-warp groups
+    ((3, 200), (1,), ("rows", 32, 3)),          # a warp per row, split in 3
+    ((2, 700), (1,), ("rows", 64, 2)),          # a block per row, split
+    ((3, 2000), (1,), ("rows", 64, 2)),         # ... with runs of 15 items a thread (the unrolled loop)
+    ((1500, 3), (0,), ("columns", 4, 4)),       # 4 columns x 16 threads, split
+    ((40, 40), (0,), ("columns", 32, 2)),       # 32 columns x 2 threads, split
+    ((64, 200), (0,), ("columns", 32, 1)),      # enough column tiles: no split
+    ((2, 300), (0,), ("columns", 64, 1)),       # 2 items a column: one thread each, 64 columns a block
+]
+
+
+@pytest.mark.parametrize("shape, axes, expect", KERNEL_CASES)
+def test_kernel_choice_and_results(rng, shape, axes, expect):
+    layout = axis_mod.plan_layout(shape, (shape[1], 1), axes, True)
+    s = axis_mod.schedule(layout, axis_mod.limits(0))
+    assert (s.kernel, s.group or s.tx, s.split) == expect
+    x = rng.integers(-50, 50, shape).astype(np.int32)
+    d = cuda.to_device(x)
+    for _ in range(2):                  # the tickets are reset: a second call is right too
+        np.testing.assert_array_equal(host(cufold.sum(d, axis=axes)), x.sum(axis=axes))
+    np.testing.assert_array_equal(host(cufold.argmax(d, axis=axes[0])), x.argmax(axis=axes[0]))
+    m, v = cufold.mean_var(d, axis=axes)
+    np.testing.assert_allclose(host(m), x.mean(axis=axes), rtol=1e-6)
+    np.testing.assert_allclose(host(v), x.var(axis=axes), rtol=1e-6)
+    a = rng.choice([-1, 1], shape).astype(np.int64)
+    b = rng.integers(-3, 4, shape).astype(np.int64)
+    got = cufold.reduce((cuda.to_device(a), cuda.to_device(b)), AFFINE, axis=axes, init=(1, 0))
+    ra, rb = _affine_fold(a, b, axes)
+    np.testing.assert_array_equal(host(got[0]), ra)
+    np.testing.assert_array_equal(host(got[1]), rb)
+
+
+@pytest.mark.parametrize("view", ["rows_strided", "cols_strided", "transposed"])
+def test_full_reduction_of_views_uses_every_block(rng, view):
+    """A full reduction of a view that does not collapse splits over blocks (never one warp)."""
+    x = rng.integers(-50, 50, (60, 70)).astype(np.int32)
+    d = cuda.to_device(x)
+    dv, xv = {"rows_strided": (d[::2], x[::2]), "cols_strided": (d[:, ::3], x[:, ::3]),
+              "transposed": (d.T, x.T)}[view]
+    layout = axis_mod.plan_layout(xv.shape, tuple(s // 4 for s in xv.strides), (0, 1), False)
+    s = axis_mod.schedule(layout, axis_mod.limits(0))
+    assert s.kernel == "rows" and s.group == s.nt and s.split > 1
+    for _ in range(2):
+        assert host(cufold.sum(dv)) == xv.sum()
+        assert host(cufold.argmax(dv)) == xv.argmax()
+        assert host(cufold.max(dv, keepdims=True)) == xv.max(keepdims=True)
+    np.testing.assert_allclose(host(cufold.mean(dv)), xv.mean(), rtol=1e-12)
+
+
+def test_planner_layouts():
+    plan = axis_mod.plan_layout
+    # x.T reduced whole: one contiguous run (the device-wide reduce)
+    assert plan((8, 6), (1, 8), (0, 1), True).kind == "contiguous"
+    # ... argmax reads it in memory order too, each item knowing its C-order index
+    assert plan((8, 6), (1, 8), (0, 1), True, True) == axis_mod.Layout("rows", (), ((6, 8, 1), (8, 1, 6)), 0)
+    # ... and non-commutative operators fold in C order
+    assert plan((8, 6), (1, 8), (0, 1), False) == axis_mod.Layout("rows", (), ((8, 1, 0), (6, 8, 0)), 0)
+    # x[::2] whole: rows of 8 with an outer stride of 16
+    assert plan((4, 8), (16, 1), (0, 1), True) == axis_mod.Layout("rows", (), ((4, 16, 0), (8, 1, 0)), 0)
+    # reversed rows flip for commutative operators (an index counts down from the end)
+    assert plan((4, 8), (-8, -1), (0, 1), True) == axis_mod.Layout("contiguous", (), ((32, 1, 0),), -31)
+    assert plan((4, 8), (-8, -1), (0, 1), True, True) == axis_mod.Layout("rows", (), ((32, 1, -1),), -31, 31)
+    # (64, 3, 65536) over (0, 2) permuted: the reduced dims sort by stride
+    assert plan((3, 64, 16), (16, 48, 1), (1, 2), True).red == ((64, 48, 0), (16, 1, 0))
+    # broadcast dims go outermost; kept dims carry their output strides
+    lay = plan((5, 4, 6), (0, 6, 1), (0, 2), True)
+    assert lay.kind == "rows" and lay.red == ((5, 0, 0), (6, 1, 0)) and lay.keep == ((4, 6, 1),)
+    lay = plan((6, 5, 7), (1, 42, 6), (1,), True)
+    assert lay.kind == "columns" and lay.keep == ((7, 6, 1), (6, 1, 7))
+
+
+def test_one_launch_no_sync(host_waits, rng):
+    """A small axis reduction is one launch and no wait of the host (issue #18's rule)."""
+    x = rng.integers(-9, 9, (32, 32)).astype(np.int32)
+    d = cuda.to_device(x)
+    cufold.device._SUM.programs.clear()
+    for axis in (0, 1):
+        cufold.sum(d, axis=axis)
+    assert [p.launches for p in cufold.device._SUM.programs.values()] == [1, 1]
+    assert host_waits[0] == 0
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:          # pragma: no cover
+    given = None
+
+
+if given is not None:
+    @st.composite
+    def _views(draw):
+        ndim = draw(st.integers(1, 3))
+        shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+        steps = [draw(st.sampled_from([1, 1, 2, -1, -2, 0])) for _ in range(ndim)]
+        order = draw(st.permutations(range(ndim)))
+        # element strides of a C array of |step|-spaced elements, permuted, signed, broadcast
+        c = [0] * ndim
+        size = 1
+        for d in reversed(range(ndim)):
+            c[d] = size * max(abs(steps[d]), 1)
+            size = c[d] * shape[d]
+        strides = [c[order[d]] * (0 if steps[order[d]] == 0 else (1 if steps[order[d]] > 0 else -1))
+                   for d in range(ndim)]
+        shape = tuple(shape[order[d]] for d in range(ndim))
+        offset = sum(-(n - 1) * s for n, s in zip(shape, strides) if s < 0)
+        axes = draw(st.one_of(st.none(), st.sets(st.integers(0, ndim - 1), min_size=1).map(tuple)))
+        return offset, shape, tuple(strides), axes, size + offset
+
+    @settings(max_examples=25, deadline=None)
+    @given(view=_views(), dtype=st.sampled_from([np.int32, np.float64]),
+           op=st.sampled_from(["sum", "max", "argmax", "affine", "mean"]), seed=st.integers(0, 2**16))
+    def test_property_against_numpy(view, dtype, op, seed):
+        offset, shape, strides, axes, need = view
+        rng = np.random.default_rng(seed)
+        base = rng.integers(-3, 4, need + 1).astype(dtype)
+        d, x = strided_view(base, offset, shape, strides)
+        if op == "argmax":
+            axis = axes[0] if axes else None
+            np.testing.assert_array_equal(host(cufold.argmax(d, axis=axis)), x.argmax(axis=axis))
+        elif op == "affine":
+            signs = np.where(base > 0, 1, -1).astype(np.int64)
+            da, xa = strided_view(signs, offset, shape, strides)
+            db, xb = strided_view(base.astype(np.int64), offset, shape, strides)
+            ax = tuple(range(len(shape))) if axes is None else tuple(sorted(axes))
+            got = cufold.reduce((da, db), AFFINE, axis=axes)
+            ra, rb = _affine_fold(xa, xb, ax)
+            np.testing.assert_array_equal(host(got[0]), ra)
+            np.testing.assert_array_equal(host(got[1]), rb)
+        else:
+            got = getattr(cufold, op)(d, axis=axes)
+            ref = getattr(np, op)(x, axis=axes)
+            np.testing.assert_allclose(host(got), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, view", [((6, 40), "whole"), ((2, 700), "whole"), ((60, 70), "rows_strided"),
+                                         ((6, 41), "offset")])
+def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
+    """4-byte rows read 8 bytes a load where every row starts 8-byte aligned; not where
+    they cannot (odd rows, an odd start)."""
+    from cufold.host import launch as launch_mod
+    keys = []
+    real = launch_mod.kernel_for
+    monkeypatch.setattr(launch_mod, "kernel_for", lambda fn, key, args: keys.append(key) or real(fn, key, args))
+    cufold.device._SUM.programs.clear()         # plan again: the launches are made when planned
+    x = rng.integers(-50, 50, shape).astype(np.float32)
+    d = cuda.to_device(x)
+    dv, xv = {"whole": (d, x), "rows_strided": (d[::2], x[::2]), "offset": (d[:, 1:], x[:, 1:])}[view]
+    axis = None if view == "rows_strided" else 1
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.sum(dv, axis=axis)), xv.sum(axis=axis))
+    m = host(cufold.mean(dv, axis=axis))
+    np.testing.assert_allclose(m, xv.mean(axis=axis, dtype=np.float64), rtol=1e-6)
+    wide = [k[1].wide for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"]
+    assert wide and all(wide) == (view != "offset") and any(wide) == (view != "offset")

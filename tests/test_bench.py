@@ -906,3 +906,30 @@ def test_per_call_loops_take_turns():
     assert recs[0]["call_loops_us"] == [1.0, 3.0, 5.0] and recs[0]["call_us"] == 3.0
     assert recs[1]["call_us"] == 4.0 and recs[1]["calls"] == 20
     assert recs[2]["status"] == "error" and "lost" in recs[2]["note"] and "call_us" not in recs[2]
+
+
+# --- the axes suite (issue #24): its own driver ------------------------------------------
+def test_axes_cases_floor_and_targets():
+    from cufold.bench import axes as X
+    cases = X.cases()
+    assert len(cases) == 222 and ("A.T", None, "sum") in cases
+    assert not any(r == "argmax" and isinstance(a, tuple) for _, a, r in cases)
+    # sectors touched: every one for a strided row, half the rows for x[::2], a transposed run whole
+    assert X.touched_bytes((8192, 4096), (8192, 2), 4) == 8192 * 8192 * 4
+    assert X.touched_bytes((4096, 8192), (16384, 1), 4) == 4096 * 8192 * 4
+    assert X.touched_bytes((4, 1 << 24), (1, 4), 4) == 4 << 26
+    assert X.touched_bytes((100, 5), (64, 0), 4) == 100 * 32            # broadcast: read once
+    row = {"layout": "A", "axis": None, "reduction": "sum", "plan": "reduce", "floor_us": 60.0,
+           "contiguous_data": True, "full_noncontig": False,
+           "cufold": {"status": "ok", "gpu_us": 64.0}, "torch": {"status": "ok", "gpu_us": 80.0}}
+    slow = dict(row, layout="A[::2]", full_noncontig=True, cufold={"status": "ok", "gpu_us": 100.0},
+                copy={"status": "ok", "gpu_us": 70.0})
+    res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": [row, slow]}
+    res["targets_evaluated"] = X.evaluate(res)
+    status = [t["status"] for t in res["targets_evaluated"]]
+    assert status == ["MISS", "MISS", "MISS"]        # 0.8x torch, 60% of the floor, 1.43x the copy
+    text = X.format_results(res)
+    assert "targets:" in text and "A[::2] axis=None sum 0.80" in text
+    out = io.StringIO()
+    assert bench.main(["axes", "--dry-run", "--layouts", "z", "--reductions", "sum"], stdout=out) == 0
+    assert out.getvalue().count("axis=") == 6

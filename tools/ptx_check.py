@@ -85,23 +85,8 @@ check(cufold.as_op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (np.int64, n
       (np.int64, np.int64), (np.int64, np.int64), algorithms=("single_pass", "two_pass", "tiles", "single_block"))
 print("%d kernels compiled in %.1f s" % (len(compiled), time.time() - t0))
 
-# Axis reductions: both kernels, one and two collapsed axes.
+# (axis reductions: at the end, through the Program path on descriptors of no memory)
 from numba import types as nbt  # noqa: E402
-A = importlib.import_module("cufold.device.axis")
-for lift, op, in_dt, acc, out, project in [("value", cufold.plus, np.float32, np.float32, np.float32, "value"),
-                                          ("index", cufold.argmax, np.float32, (np.float32, np.int64), np.int64, "index"),
-                                          ("welford", cufold.welford, np.float32, (np.float64,) * 3, np.float32, "var")]:
-    in_vt, acc_vt, out_vt = ValueType.of(in_dt), ValueType.of(acc), ValueType.of(out)
-    spec = R.Spec(op, in_vt, acc_vt, out_vt, lift, project, 0, L.Tile(256, 16), "final", "warp", False)
-    for kind in ("columns", "rows"):
-        for nk, nr in ((1, 1), (2, 1), (1, 2)):
-            fn = A.axis_kernel(spec, kind, nk, nr)
-            ut = lambda k: nbt.UniTuple(nbt.int64, k)
-            sig = (L._nbtype(arr(in_dt)), nbt.int64, nbt.int64, nbt.int64, ut(nk), ut(nk), ut(nr), ut(nr),
-                   L._nbtype(arr(out_vt.dtype)), acc_vt.numba_type, nbt.boolean)
-            cuda.compile_ptx(fn, sig, cc=(9, 0))
-            print("  ok   axis %-8s keep=%d red=%d %s" % (kind, nk, nr, op.name))
-print("all kernels compiled in %.1f s" % (time.time() - t0))
 
 # The radix grouping of reduce_by_key_into(deterministic=True): both kernels, both passes.
 X = importlib.import_module("cufold.device.radix")
@@ -206,3 +191,58 @@ sum_max32 = cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])), identity=(0.0
 tuple_plan(sum_max32, (f32, i32), (o32, oi32), None)                                       # cas
 tuple_plan(sum_max32, (arr(np.int16, n), arr(np.bool_, n)), (arr(np.int16, 10**6), arr(np.bool_, 10**6)), "cas")
 print("%d tuple by-key kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Axis reductions: every kernel of the layout planner (rows in sub-warp, warp and block
+# groups, split or not; columns split or not; one and two outer reduced dimensions), for
+# float32, float64, int32, argmax (a tuple accumulator) and mean/var (Welford).
+A = importlib.import_module("cufold.device.axis")
+D = importlib.import_module("cufold.device")
+A.limits = lambda dev: A.Limits(256, 4096, 16, 1024, 132 * 8)
+before = len(compiled)
+
+
+def view(dtype, shape, strides):
+    size = int(np.prod(shape))
+    return _arrays.Arr(0x10000, tuple(shape), tuple(strides), np.dtype(dtype), size, "numba", None, 0)
+
+
+LAYOUTS = [  # (shape, strides, axes): what each exercises
+    ((8192, 64), (64, 1), (1,)),          # rows, sub-warp groups of 16 lanes
+    ((1 << 16, 8), (8, 1), (1,)),         # rows, sub-warp groups of 2 (4-byte items: 8-byte loads)
+    ((1 << 16, 7), (7, 1), (1,)),         # rows of an odd length: 4-byte loads
+    ((256, 1024), (1024, 1), (1,)),       # rows, warp groups, split
+    ((65536, 1024), (1024, 1), (1,)),     # rows, warp groups
+    ((64, 65536), (65536, 1), (1,)),      # rows, block groups, split
+    ((4096, 8192), (16384, 1), (0, 1)),   # full reduction of x[::2]: block groups, split, an outer dim
+    ((4, 5, 3, 4096), (10 * 24576, 24576, 4096, 1), (0, 1, 3)),   # rows, two outer dims
+    ((8192, 8192), (8192, 1), (0,)),      # columns, split
+    ((64, 1 << 20), (1 << 20, 1), (0,)),  # columns, no split (the tiles fill the GPU)
+    ((8, 64, 4096), (64 * 4096 * 2, 4096, 1), (0, 1)),  # columns, two reduced dims
+    ((1 << 24, 4), (4, 1), (0,)),         # columns of 4 x 64 threads, split
+    ((1 << 24, 4), (4, 1), (1,)),         # rows, a thread per row
+    ((64, 65536, 3), (196608, 1, 65536), (0,)),   # columns over two kept dims (y.permute(0, 2, 1))
+    ((64, 3, 65536), (196608, 65536, 1), (1,)),   # columns of 3 items: 256 x 1 threads
+]
+CASES = [(D._SUM, np.float32), (D._SUM, np.float64), (D._SUM, np.int32), (D._ARGMAX, np.float32),
+         (D._MAX, np.float32)]
+for reduction, dt in CASES:
+    for shape, strides, axes in LAYOUTS:
+        if reduction is D._ARGMAX and len(axes) > 1 and len(axes) != len(shape):
+            continue
+        x = view(dt, shape, strides)
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+moments = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean_var", 0, None, dt), name="mean_var",
+                       needs_items=True)
+ordered = D._Reduction(cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1])), name="affine")
+SOME = [lay for lay in LAYOUTS if lay[0] in ((1 << 16, 8), (1 << 16, 7), (256, 1024), (64, 65536), (8192, 8192),
+                                               (1 << 24, 4))]
+for shape, strides, axes in SOME:
+    x = view(np.float32, shape, strides)
+    moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    xi = view(np.int64, shape, strides)
+    ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
+axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]
+for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide else "")) + tuple(k[2:])
+                   for k in axis_keys}, key=str):
+    print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
+print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -10,6 +10,7 @@ Suites (``python -m cufold bench list``):
 ``segmented``  segmented sum vs torch.segment_reduce, cupyx CSR, ``cuda.compute.segmented_reduce``
 ``bykey``      seed 001's box, reduce_by_key_into vs torch/cupyx (:mod:`.bykey`, its own driver)
 ``bykey-tuple`` tuple values by key: argmax, count + 3 sums, Welford vs PyG/torch (:mod:`.bykey_tuple`)
+``axes``       axis reductions over layouts (A, A.T, strided, permuted) vs torch/CuPy (:mod:`.axes`, its own driver)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
 
 **Default run and --full.** A suite's default run takes under 4 minutes on an
@@ -232,6 +233,9 @@ def main(argv=None, stdout=None, stderr=None):
     err = stderr or sys.stderr
     if argv and argv[0] == "report":
         return _report_main(argv[1:])
+    if argv and argv[0] == "axes":  # layouts x axes, not log2 sizes: its own driver
+        from .axes import main as axes_main
+        return axes_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "bykey":  # seed 001's fixed box, not log2 sizes: its own driver
         from .bykey import main as bykey_main
         return bykey_main(argv[1:], stdout=out, stderr=err)

@@ -113,7 +113,7 @@ class _Reduction:
         out_vt = prep.out_vt
         if given:
             _arrays.same_device(arrs + given, "x and out")
-        if like.ndim != 1 or axis is not None or keepdims:
+        if like.ndim != 1 or axis is not None or keepdims or not all(a.c_contiguous for a in arrs):
             axes = _axis.normalize_axis(axis, like.ndim)
             whole = len(axes) == like.ndim and not keepdims and all(a.c_contiguous for a in arrs)
             if lift == "index" and not whole and len(axes) != 1 and len(axes) != like.ndim:

@@ -1,33 +1,80 @@
-"""Reductions along axes of N-D arrays, with NumPy's semantics.
+"""Reductions along axes of N-D arrays (and of views that are not one contiguous
+run), with NumPy's semantics: one layout planner, a kernel per layout.
 
-The host collapses the array into ``kept`` and ``reduced`` index spaces
-(merging adjacent axes whose strides chain, so most cases become one kept and
-one reduced axis), then one of two kernels runs:
+The planner (:func:`plan_layout`, at plan time on the Program's placeholders)
+turns (shape, strides, axes) into a *layout*:
 
-* ``columns``: a thread per output element folds its reduced items in order
-  (column sums of a C array: neighbouring threads read neighbouring
-  addresses, so every load is coalesced);
-* ``rows``: a warp per output element (row sums: the warp reads a row's
-  contiguous items together); lanes take strided items for commutative
-  operators and contiguous chunks for the others, then a warp reduce.
+1. size-1 dimensions are dropped;
+2. where the operator commutes, reduced dimensions with negative strides are
+   walked forwards (CuPy's reversed views) and all reduced dimensions are
+   ordered by stride, so a transposed or permuted view reduces as the memory it
+   covers; broadcast (zero-stride) dimensions go outermost. argmin/argmax (whose
+   ties go to the lowest index, in any order) carry each dimension's C-order
+   index stride, so the index an item gets is NumPy's wherever it is read.
+   Non-commutative operators keep the view's C order;
+3. neighbouring dimensions that chain (outer stride = inner stride x inner
+   length; for argmin/argmax, index strides too) merge. Kept dimensions are ordered by stride too, each carrying its
+   stride in the (C-order) result, and merge where they chain in both;
+4. the layout is classified by where the smallest stride is:
 
-Few outputs over a long reduced axis (``x.sum(axis=0)`` of a tall narrow
-array) use the whole-array reduce once per output, so the GPU stays full.
+=============  ===========================================  ====================================
+layout         when                                          kernel
+=============  ===========================================  ====================================
+contiguous     one output, the reduced data one run          the device-wide reduce
+               (``x.T.sum()``, reversed or strided            (:mod:`.reduce`, single pass;
+               vectors)                                       8-byte loads at stride 1;
+                                                              ``algorithm=`` applies)
+rows           the innermost reduced dimension has the        ``rows``: a group of G threads per
+               smallest stride (``x.sum(axis=-1)``, and        (output, chunk): G = 1..32 lanes
+               full reductions of views that do not            for short rows (several rows a
+               collapse: ``x[::2].sum()``)                     warp), a whole block for long rows
+                                                               (>= ``long_row`` items); 4-byte
+                                                               items 8 bytes a load where every
+                                                               row starts 8-byte aligned
+columns        a kept dimension has the smallest stride       ``columns``: a block of TX x TY
+               (``x.sum(axis=0)``)                             threads, TX along the contiguous
+                                                               kept dimension (coalesced), TY
+                                                               along the reduced one (as many
+                                                               as its items keep busy), combined
+                                                               in shared memory
+=============  ===========================================  ====================================
+
+Both kernels split an output's reduced items over several blocks (or warps)
+when the outputs alone cannot fill the GPU: each writes its partial to the
+workspace and the last to arrive (an atomic ticket per output or column tile,
+reset by that last block, so no zeroing per call) folds them in order. So a
+full reduction of a non-collapsing view runs on every SM, one launch. Every
+case is one launch with no host synchronisation; everything is decided when
+the Program is planned.
+
+Order: commutative operators give a thread every G-th item (coalesced);
+others give each thread a contiguous run of items, and threads, blocks and
+partials are combined in sequence order, so the fold is NumPy's C order.
+
+Floors (H200, copy bandwidth ~4.2 TB/s; ``bench axes`` prints % of floor):
+the bytes of the 32-byte sectors a view touches, read once, over that
+bandwidth: a (8192, 8192) float32 array is 256 MiB -> ~64 us whatever the
+axis; ``x[:, ::2]`` touches every sector (~64 us), ``x[::2]`` half (~32 us).
 """
 
+import collections
 import functools
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
-from .. import warp
-from ..host import arrays as _arrays
+from .. import _codegen, block, warp
+from ..host import arrays as _arrays, launch as _launch
 from . import reduce as _reduce_mod
 
-#: Per-output whole-array reductions when there are at most this many outputs
-#: and each reduces at least FEW_OUTPUTS_MIN_ITEMS items.
-FEW_OUTPUTS = 16
-FEW_OUTPUTS_MIN_ITEMS = 1 << 16
+
+#: Read 4-byte items of contiguous rows 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``:
+#: never), as the device-wide reduce does.
+WIDE_LOADS = _reduce_mod.WIDE_LOADS
+#: Loads a thread issues before combining them (items of up to 4 bytes: UNROLL_SMALL):
+#: enough bytes in flight per SM to cover the memory latency at full occupancy.
+UNROLL = 4
+UNROLL_SMALL = 8
 
 
 def normalize_axis(axis, ndim):
@@ -47,101 +94,536 @@ def normalize_axis(axis, ndim):
     return tuple(sorted(out))
 
 
-def _collapse(shape, strides):
-    """Merge neighbouring axes whose strides chain (outer = inner * inner_len)."""
-    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    merged = []
-    for n, s in dims:
-        if merged and merged[-1][1] == s * n:
-            pn, _ = merged.pop()
-            merged.append((pn * n, s))
-        else:
-            merged.append((n, s))
-    if not merged:
-        merged = [(1, 1)]
-    return tuple(m[0] for m in merged), tuple(m[1] for m in merged)
+# --- the layout planner ------------------------------------------------------------
 
+#: A planned layout. ``keep``: ((length, input stride, output stride), ...) outer to
+#: inner; ``red``: ((length, stride, index stride), ...) outer to inner, where the index
+#: stride steps the item's C-order index in the reduced space (argmin/argmax; else 0);
+#: ``origin``: the offset (elements, from the view's element 0) of the first item of
+#: output 0, ``index_origin`` its C-order index; ``kind``: 'contiguous', 'rows' or 'columns'.
+Layout = collections.namedtuple("Layout", "kind keep red origin index_origin", defaults=(0,))
+
+
+def _stride_order(stride):
+    """Sort key putting outer dimensions first: broadcast ones, then by falling |stride|."""
+    return (stride != 0, -abs(stride))
+
+
+def _merge(dims, width):
+    """Merge neighbours whose strides chain (in every one of ``width`` stride columns)."""
+    out = []
+    for d in dims:
+        if out and all(out[-1][j] == d[j] * d[0] for j in range(1, width + 1)):
+            prev = out.pop()
+            d = (prev[0] * d[0],) + tuple(d[1:])
+        out.append(tuple(d))
+    return tuple(out)
+
+
+def plan_layout(shape, strides, axes, reorder, indexed=False):
+    """The :class:`Layout` of reducing a view (``shape``, element ``strides``) over
+    ``axes``; ``reorder``: the reduced items may be visited in any order (a
+    commutative operator); ``indexed``: the items' C-order indices are needed
+    (argmin/argmax: then dimensions merge only where their indices chain too)."""
+    ndim = len(shape)
+    keep_dims = [d for d in range(ndim) if d not in axes]
+    out_strides = {}
+    size = 1
+    for d in reversed(keep_dims):
+        out_strides[d] = size
+        size *= shape[d]
+    index_strides = {}
+    size = 1
+    for d in reversed(axes):
+        index_strides[d] = size if indexed else 0
+        size *= shape[d]
+    origin = index_origin = 0
+    red = []
+    for d in axes:
+        n, s, i = shape[d], strides[d], index_strides[d]
+        if n == 1:
+            continue
+        if reorder and s < 0:
+            origin += (n - 1) * s
+            index_origin += (n - 1) * i
+            s, i = -s, -i
+        red.append((n, s, i))
+    if reorder:
+        red.sort(key=lambda d: _stride_order(d[1]))
+    red = _merge(red, 2) or ((1, 0, 0),)
+    keep = [(shape[d], strides[d], out_strides[d]) for d in keep_dims if shape[d] != 1]
+    keep.sort(key=lambda d: _stride_order(d[1]))
+    keep = _merge(keep, 2)
+    if not keep:
+        # one run: the device-wide reduce, whose item numbers are C-order indices only unflipped
+        one_run = len(red) == 1 and (not indexed or (red[0][2] == 1 and index_origin == 0))
+        kind = "contiguous" if one_run else "rows"
+    else:
+        kind = "rows" if abs(red[-1][1]) <= abs(keep[-1][1]) else "columns"
+    return Layout(kind, keep, red, origin, index_origin)
+
+
+# --- limits (GPU or simulator) ----------------------------------------------------
+
+#: nt: threads per block; long_row: items per output from which a whole block takes
+#: a row; min_items: the fewest items per thread a split leaves; max_split: the most
+#: chunks an output is split into; blocks: resident blocks the grid aims to fill.
+Limits = collections.namedtuple("Limits", "nt long_row min_items max_split blocks")
+
+
+def limits(device_id):
+    """The planner's limits on GPU ``device_id`` (tiny blocks in the simulator, so
+    small test arrays cross warp, block and split boundaries)."""
+    if config.ENABLE_CUDASIM:
+        return Limits(64, 256, 2, 8, 4)
+    # 256 threads, 8 blocks an SM: a full H100/H200. 16 items a thread at least keep
+    # enough loads in flight per split chunk; 4096-item rows fill a 256-thread block.
+    return Limits(256, 4096, 16, 1024, _launch.sm_count(device_id) * 8)
+
+
+def _pow2_at_least(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+#: How a layout runs: kernel 'rows' or 'columns'; rows: ``group`` threads per output
+#: chunk; columns: ``tx`` x ``ty`` threads a block; ``split`` chunks per output (1: none),
+#: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block.
+Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt")
+
+
+def schedule(layout, lim):
+    """Threads, blocks and splits for ``layout`` (not 'contiguous') under ``lim``."""
+    nt = lim.nt
+    m = int(np.prod([d[0] for d in layout.keep], dtype=np.int64)) if layout.keep else 1
+    k = int(np.prod([d[0] for d in layout.red], dtype=np.int64))
+    target_threads = lim.blocks * nt
+    if layout.kind == "rows":
+        if m == 1 or k >= lim.long_row:
+            group = nt
+        else:
+            group = min(32, _pow2_at_least(-(-k // 4)))
+        split = 1
+        if group >= 32 and m * group < target_threads:
+            split = min(-(-target_threads // (m * group)), max(1, k // (group * lim.min_items)), lim.max_split)
+        chunk = -(-k // split)
+        split = -(-k // chunk)               # no empty chunk
+        work = m * split
+        per_block = nt // group
+        grid = max(1, min(-(-work // per_block), lim.blocks * 32))
+        return Schedule("rows", group, 0, 0, split, chunk, grid, nt)
+    # TX along the kept dimension (at least a warp's worth where it is that long, so loads
+    # coalesce), TY along the reduced one: no more threads than the items keep busy
+    # (min_items each), the rest of the block on more columns.
+    inner = layout.keep[-1][0]
+    ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)))
+    tx = nt // ty
+    tiles = -(-m // tx)
+    split = 1
+    if tiles < lim.blocks:
+        split = min(-(-lim.blocks // tiles), max(1, k // (ty * lim.min_items)), lim.max_split)
+    chunk = -(-k // split)
+    split = -(-k // chunk)
+    grid = max(1, min(tiles * split, lim.blocks * 32))
+    return Schedule("columns", 0, tx, ty, split, chunk, grid, nt)
+
+
+# --- device helpers -----------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _unravel(nd):
-    """Device function ``(i, shape, strides) -> element offset`` for ``nd`` axes."""
+def _outer_at(nd):
+    """Device function ``(r, shape, strides, index_strides) -> (offset, index)`` of
+    number ``r`` over the reduced dimensions outside the innermost (``nd``; 0: none)."""
+    if nd == 0:
+        @cuda.jit(device=True)
+        def outer0(r, shape, strides, index_strides):
+            return r * 0, r * 0
+        return outer0
     if nd == 1:
         @cuda.jit(device=True)
-        def unravel1(i, shape, strides):
-            return i * strides[0]
-        return unravel1
+        def outer1(r, shape, strides, index_strides):
+            return r * strides[0], r * index_strides[0]
+        return outer1
 
     @cuda.jit(device=True)
-    def unravel(i, shape, strides):
-        off = 0
+    def outer(r, shape, strides, index_strides):
+        off = r * 0
+        idx = r * 0
         for d in range(nd - 1, -1, -1):
             n = shape[d]
-            off += (i % n) * strides[d]
-            i //= n
-        return off
-    return unravel
+            j = r % n
+            off += j * strides[d]
+            idx += j * index_strides[d]
+            r //= n
+        return off, idx
+    return outer
 
 
 @functools.lru_cache(maxsize=None)
-def axis_kernel(spec, kind, nd_keep, nd_red):
-    """``kind`` is 'columns' or 'rows'. Arguments: (xs, origin, m_count, k_count,
-    keep_shape, keep_strides, red_shape, red_strides, outs, init, has_init);
-    ``origin`` is the offset of element (0, ..., 0) in ``xs``."""
-    start, update, finish = _reduce_mod._protocol(spec)
-    combine = spec.op.combine(spec.acc_vt)
+def _keep_at(nd):
+    """Device function ``(m, shape, in_strides, out_strides) -> (input offset, output
+    offset)`` of output number ``m`` over ``nd`` kept dimensions."""
+    if nd == 1:
+        @cuda.jit(device=True)
+        def keep1(m, shape, ins, outs):
+            return m * ins[0], m * outs[0]
+        return keep1
+
+    @cuda.jit(device=True)
+    def keep(m, shape, ins, outs):
+        a = m * 0
+        b = m * 0
+        for d in range(nd - 1, -1, -1):
+            n = shape[d]
+            i = m % n
+            a += i * ins[d]
+            b += i * outs[d]
+            m //= n
+        return a, b
+    return keep
+
+
+@functools.lru_cache(maxsize=None)
+def _thread_fold(spec, nd_outer):
+    """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
+    outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
+    ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
+    ``inner = (length, stride, index stride, index origin)`` and whose outer ones are
+    ``outer_*``; item 0 is at ``base``. Positions advance by additions (no division
+    per item); UNROLL (UNROLL_SMALL for scalars of 4 bytes or less) loads are issued
+    ahead of their combines, in the last, partial batch too (a short row's items
+    are one round trip to memory, not one each). An item's number for the
+    lift is its C-order index (argmin/argmax), else its position ``k``."""
+    start, update, _ = _reduce_mod._protocol(spec)
+    load = spec.in_vt.load
+    outer_at = _outer_at(nd_outer)
+    indexed = spec.lift == "index"
+    wide = spec.wide
+    unroll = UNROLL if wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4 else UNROLL_SMALL
+
+    @cuda.jit(device=True)
+    def advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides, outer_index_strides):
+        i += step_i
+        r2 = r + step_r
+        if i >= length:
+            i -= length
+            r2 += 1
+        if r2 != r:
+            roff, ridx = outer_at(r2, outer_shape, outer_strides, outer_index_strides)
+        return r2, i, roff, ridx
+
+    @cuda.jit(device=True)
+    def number(k, ridx, i, inner):
+        if indexed:
+            return inner[3] + ridx + i * inner[2]
+        return k
+
+    def first_update(pad, j):
+        """Fold the first loaded value (``have`` tells start from update)."""
+        if wide:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j),
+                    pad + "state = update(state, lo%d, n%d) if have else start(lo%d, n%d)" % (j, j, j, j),
+                    pad + "have = True", pad + "state = update(state, hi%d, n%d)" % (j, j)]
+        return [pad + "state = update(state, x%d, n%d) if have else start(x%d, n%d)" % (j, j, j, j),
+                pad + "have = True"]
+
+    def updates(pad, j):
+        if wide:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j), pad + "state = update(state, lo%d, n%d)" % (j, j),
+                    pad + "state = update(state, hi%d, n%d)" % (j, j)]
+        return [pad + "state = update(state, x%d, n%d)" % (j, j)]
+
+    # The unrolled loop, generated for UNROLL items: all their loads issued before
+    # the first combine (the loads, not the arithmetic, set the pace).
+    walk = "outer_shape, outer_strides, outer_index_strides"
+    lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
+             "    if k >= k_end:", "        return state, have",
+             "    length = inner[0]", "    stride = inner[1]",
+             # (64-bit divisions cost ~40 instructions: a row's first item needs none)
+             "    r = k // length if k >= length else k * 0", "    i = k - r * length",
+             "    roff, ridx = outer_at(r, %s)" % walk,
+             "    step_r = step // length if step >= length else step * 0",
+             "    step_i = step - step_r * length",
+             "    while k + %d * step < k_end:" % (unroll - 1)]
+    for j in range(unroll):
+        lines += ["        o%d = roff + i * stride" % j,
+                  "        n%d = number(k + %d * step, ridx, i, inner)" % (j, j),
+                  "        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk]
+    lines += ["        x%d = load(xs, base + o%d)" % (j, j) for j in range(unroll)]
+    lines += first_update("        ", 0)
+    for j in range(1, unroll):
+        lines += updates("        ", j)
+    lines += ["        k += %d * step" % unroll]
+    # The last, partial batch (fewer than UNROLL items: all of a short row's): every load
+    # issued before the first combine too; past the end, item 0 is read again, not combined.
+    lines += ["    if k < k_end:"]
+    for j in range(unroll - 1):
+        lines += ["        o%d = roff + i * stride" % j,
+                  "        n%d = number(k + %d * step, ridx, i, inner)" % (j, j)]
+        if j < unroll - 2:
+            lines += ["        r, i, roff, ridx = advance(r, i, roff, ridx, step_r, step_i, length, %s)" % walk]
+    lines += ["        x0 = load(xs, base + o0)"]
+    lines += ["        x%d = load(xs, base + (o%d if k + %d * step < k_end else o0))" % (j, j, j)
+              for j in range(1, unroll - 1)]
+    lines += first_update("        ", 0)
+    for j in range(1, unroll - 1):
+        lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
+    lines += ["    return state, have"]
+    env = {"outer_at": outer_at, "number": number, "advance": advance, "load": load, "start": start,
+           "update": update}
+    if wide:     # xs holds 8-byte pairs of 4-byte items, the lower first
+        env["load"] = _codegen.build("def load(pairs, i):\n    return pairs[np.uint64(i)]\n", "load")
+        env["halves"] = _codegen.build(
+            "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
+            {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
+    fold = _codegen.build("\n".join(lines) + "\n", "fold", env)
+    return fold
+
+
+@functools.lru_cache(maxsize=None)
+def _fold_partials(vt, op):
+    """Device function ``(partials, lo, hi, fallback) -> value``: ``partials[lo:hi]``
+    folded in order (``fallback`` where the range is empty)."""
+    load, combine = vt.load, op.combine(vt)
+
+    @cuda.jit(device=True)
+    def fold_partials(partials, lo, hi, fallback):
+        if lo >= hi:
+            return fallback
+        acc = load(partials, lo)
+        for j in range(lo + 1, hi):
+            acc = combine(acc, load(partials, j))
+        return acc
+
+    return fold_partials
+
+
+def _assign(k0, k1, t, threads, strided):
+    """(first item, end, step) of thread ``t`` of ``threads`` in chunk [k0, k1)."""
+    if strided:
+        return k0 + t, k1, threads
+    per = (k1 - k0 + threads - 1) // threads
+    lo = k0 + t * per
+    return lo, min(lo + per, k1), 1
+
+
+_assign_dev = cuda.jit(device=True)(_assign)
+
+
+@cuda.jit(device=True)
+def _threads_with_items(count, threads, strided):
+    if strided:
+        return min(count, threads)
+    per = (count + threads - 1) // threads
+    return (count + per - 1) // per
+
+
+# --- the kernels ----------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
+    """Groups of ``group`` threads (1..32 lanes, or ``nt``: the block) reduce one
+    (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
+    partials the last group to arrive folds.
+
+    Arguments: (xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+    outer_shape, outer_strides, outer_index_strides, splits, chunk, partials, counters,
+    outs, init, has_init); ``inner``: (length, stride, index stride, index origin) of
+    the innermost reduced dimension (see :func:`_thread_fold`)."""
+    start, _, finish = _reduce_mod._protocol(spec)
+    acc_vt = spec.acc_vt
+    combine = spec.op.combine(acc_vt)
     project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
-    load, store = spec.in_vt.load, spec.out_vt.store
-    keep_at, red_at = _unravel(nd_keep), _unravel(nd_red)
-    ordered = spec.ordered
+    load, store_out = spec.in_vt.load, spec.out_vt.store
+    store_acc = acc_vt.store
+    keep_at = _keep_at(nd_keep)
+    fold = _thread_fold(spec, nd_outer)
+    fold_partials = _fold_partials(acc_vt, spec.op)
+    strided = not spec.ordered
+    whole_block = group == nt
+    # inlined: Numba returns a new array (the view) only from a function inlined at the IR level
+    reads = cuda.jit(device=True, inline="always")(_codegen.build(
+        "def reads(xs):\n    return %s\n" % ("xs.view(np.uint64)" if spec.wide else "xs"), "reads", device=False))
+    if whole_block:
+        group_reduce = block.reduce(spec.op, acc_vt, nt, partial=True)
+    elif group > 1:
+        group_reduce = warp.partial_reduce(spec.op, acc_vt, group)
+    else:
+        group_reduce = _alone
+    groups_per_block = nt // group
 
-    if kind == "columns":
-        def columns(xs, origin, m_count, k_count, keep_shape, keep_strides, red_shape, red_strides, outs, init,
-                    has_init):
-            m = cuda.grid(1)
-            if m >= m_count:
-                return
-            base = origin + keep_at(m, keep_shape, keep_strides)
-            state = start(load(xs, base), 0)
-            for k in range(1, k_count):
-                state = update(state, load(xs, base + red_at(k, red_shape, red_strides)), k)
-            total = finish(state)
-            if has_init:
-                total = combine(init, total)
-            store(outs, m, project(total))
-        return columns
+    @cuda.jit(device=True, inline="always")
+    def reduce_group(value, valid):
+        total = group_reduce(value, valid)
+        if whole_block:
+            cuda.syncthreads()    # the block reduce's shared memory is free again
+        return total
 
-    warp_reduce = warp.partial_reduce(spec.op, spec.acc_vt)
+    @cuda.jit(device=True, inline="always")
+    def any_in_group(flag):
+        if whole_block:
+            return cuda.syncthreads_or(flag)
+        if group == 1:
+            return flag
+        # the group's lanes in one warp: the leader's flag, broadcast
+        return cuda.shfl_sync(0xFFFFFFFF, flag, (cuda.laneid // group) * group)
 
-    def rows(xs, origin, m_count, k_count, keep_shape, keep_strides, red_shape, red_strides, outs, init,
-             has_init):
-        lane = cuda.laneid
-        warp_id = cuda.grid(1) // 32
-        warps = cuda.gridsize(1) // 32
-        chunk = (k_count + 31) // 32
-        for m in range(warp_id, m_count, warps):  # uniform per warp: collectives see every lane
-            base = origin + keep_at(m, keep_shape, keep_strides)
-            state = start(load(xs, base), 0)
-            have = False
-            if ordered:  # contiguous chunks keep the lanes' operands in order
-                lo = lane * chunk
-                for k in range(lo, min(lo + chunk, k_count)):
-                    x = load(xs, base + red_at(k, red_shape, red_strides))
-                    state = update(state, x, k) if have else start(x, k)
-                    have = True
-                valid = (k_count + chunk - 1) // chunk
+    def rows(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+             outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
+        tid = cuda.threadIdx.x
+        t = tid % group
+        groups = cuda.gridDim.x * groups_per_block
+        src = reads(xs)           # (wide: the items as 8-byte pairs; the geometry counts pairs)
+        work = m_count * splits
+        w = cuda.blockIdx.x * groups_per_block + tid // group
+        # Sub-warp groups in one warp may run different counts of items; a whole warp
+        # (or block) always runs its items together.
+        while w < work:
+            if split:
+                m = w // splits
+                c = w - m * splits
             else:
-                for k in range(lane, k_count, 32):
-                    x = load(xs, base + red_at(k, red_shape, red_strides))
-                    state = update(state, x, k) if have else start(x, k)
-                    have = True
-                valid = min(k_count, 32)
-            total = warp_reduce(finish(state), valid)
-            if lane == 0:
-                if has_init:
-                    total = combine(init, total)
-                store(outs, m, project(total))
+                m = w
+                c = w * 0
+            in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
+            base = origin + in_off
+            k0 = c * chunk
+            k1 = min(k0 + chunk, k_count)
+            lo, hi, step = _assign_dev(k0, k1, t, group, strided)
+            state = start(load(xs, 0), k0)     # a state of the right type, unused until `have`
+            state, have = fold(state, np.bool_(False), src, base, lo, hi, step, inner, outer_shape,
+                               outer_strides, outer_index_strides)
+            total = reduce_group(finish(state), _threads_with_items(k1 - k0, group, strided))
+            if not split:
+                if t == 0:
+                    if has_init:
+                        total = combine(init, total)
+                    store_out(outs, out_off, project(total))
+            else:
+                last = 0
+                if t == 0:
+                    store_acc(partials, w, total)
+                    cuda.threadfence()
+                    ticket = cuda.atomic.add(counters, m, 1)
+                    last = 1 if ticket == splits - 1 else 0
+                if any_in_group(last):
+                    cuda.threadfence()
+                    per = (splits + group - 1) // group
+                    lo_p = m * splits + min(t * per, splits)
+                    hi_p = m * splits + min(t * per + per, splits)
+                    mine = fold_partials(partials, lo_p, hi_p, total)
+                    total = reduce_group(mine, (splits + per - 1) // per)
+                    if t == 0:
+                        if has_init:
+                            total = combine(init, total)
+                        store_out(outs, out_off, project(total))
+                        counters[m] = 0           # ready for the next launch on this stream
+            w += groups
+
     return rows
 
+
+@cuda.jit(device=True)
+def _alone(value, valid):
+    """A group of one thread: its value is the group's."""
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
+    """Blocks of ``tx`` x ``ty`` threads: ``tx`` neighbouring outputs (along the kept
+    dimension of smallest stride: coalesced) x ``ty`` threads sharing each one's
+    chunk of reduced items, combined in shared memory (a tree in ``ty`` order);
+    ``split`` > 1: chunks of a column tile meet through partials and a ticket per tile.
+
+    Arguments as :func:`rows_kernel`'s."""
+    start, _, finish = _reduce_mod._protocol(spec)
+    acc_vt = spec.acc_vt
+    combine = spec.op.combine(acc_vt)
+    project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
+    load, store_out = spec.in_vt.load, spec.out_vt.store
+    store_acc, load_acc = acc_vt.store, acc_vt.load
+    keep_at = _keep_at(nd_keep)
+    fold = _thread_fold(spec, nd_outer)
+    strided = not spec.ordered
+    nt = tx * ty
+    shared = block.temp_storage(acc_vt, nt)
+
+    @cuda.jit(device=True)
+    def tree(value, temp, x, y, valid):
+        """The values of threads (x, 0..valid-1) combined in y order; valid on y == 0."""
+        offset = 1
+        while offset < ty:
+            store_acc(temp, y * tx + x, value)
+            cuda.syncthreads()
+            if y % (2 * offset) == 0 and y + offset < valid:
+                value = combine(value, load_acc(temp, (y + offset) * tx + x))
+            cuda.syncthreads()
+            offset *= 2
+        return value
+
+    def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+                outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
+        temp = shared()
+        tid = cuda.threadIdx.x
+        x = tid % tx
+        y = tid // tx
+        tiles = (m_count + tx - 1) // tx
+        work = tiles * splits
+        w = cuda.blockIdx.x
+        while w < work:                              # uniform over the block
+            c = w // tiles
+            tile = w - c * tiles
+            m = tile * tx + x
+            in_off, out_off = keep_at(min(m, m_count - 1), keep_shape, keep_in, keep_out)
+            base = origin + in_off
+            k0 = c * chunk
+            k1 = min(k0 + chunk, k_count)
+            lo, hi, step = _assign_dev(k0, k1, y, ty, strided)
+            state = start(load(xs, base), k0)
+            state, have = fold(state, np.bool_(False), xs, base, lo, hi, step, inner, outer_shape,
+                               outer_strides, outer_index_strides)
+            total = tree(finish(state), temp, x, y, _threads_with_items(k1 - k0, ty, strided))
+            if not split:
+                if y == 0 and m < m_count:
+                    if has_init:
+                        total = combine(init, total)
+                    store_out(outs, out_off, project(total))
+            else:
+                if y == 0 and m < m_count:
+                    store_acc(partials, c * m_count + m, total)
+                    cuda.threadfence()
+                cuda.syncthreads()
+                last = 0
+                if tid == 0:
+                    ticket = cuda.atomic.add(counters, tile, 1)
+                    last = 1 if ticket == splits - 1 else 0
+                if cuda.syncthreads_or(last):
+                    cuda.threadfence()
+                    per = (splits + ty - 1) // ty
+                    p0 = min(y * per, splits)
+                    p1 = min(p0 + per, splits)
+                    mm = min(m, m_count - 1)
+                    mine = total
+                    if p0 < p1:
+                        mine = load_acc(partials, p0 * m_count + mm)
+                        for p in range(p0 + 1, p1):
+                            mine = combine(mine, load_acc(partials, p * m_count + mm))
+                    total = tree(mine, temp, x, y, (splits + per - 1) // per)
+                    if y == 0 and m < m_count:
+                        if has_init:
+                            total = combine(init, total)
+                        store_out(outs, out_off, project(total))
+                    if tid == 0:
+                        counters[tile] = 0       # ready for the next launch on this stream
+            w += cuda.gridDim.x
+
+    return columns
+
+
+# --- host side ----------------------------------------------------------------------------
 
 def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, lift, project, ddof,
               needs_items, name):
@@ -154,6 +636,9 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         if a.shape != shape:
             raise ValueError("cufold: the arrays of a tuple value must have one shape; got %s and %s"
                              % (shape, a.shape))
+        if a.strides != like.strides:
+            raise ValueError("cufold: the arrays of a tuple value must have one layout (strides); got %s and %s"
+                             % (like.strides, a.strides))
     keep = [d for d in range(like.ndim) if d not in axes]
     out_shape = tuple(1 if d in axes else shape[d] for d in range(like.ndim)) if keepdims \
         else tuple(shape[d] for d in keep)
@@ -165,48 +650,88 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return
     if k_count == 0:
         value = init if init is not None else prep.op.identity_for(prep.acc_vt)
-        if needs_items or value is None:
+        if lift == "welford":
+            value = tuple(np.nan for _ in out_vt.fields) if out_vt.is_tuple else np.nan
+        elif needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
         b.launch(_fill_many(out_vt), ("fill_many", out_vt), -(-m_count // 256), 256,
                  (outs, m_count, out_vt.make(value)))
         return
+    op = prep.op
+    layout = plan_layout(shape, like.strides, axes, op.commutative, lift == "index")
     # Element offsets from the lowest address, so every index is non-negative.
     lowest = sum(s * (n - 1) for n, s in zip(shape, like.strides) if s < 0)
     extent = sum(abs(s) * (n - 1) for n, s in zip(shape, like.strides)) + 1
-    flat = tuple(_flat(a, lowest, extent) for a in arrs)
+    origin = layout.origin - lowest
+    if layout.kind == "contiguous":
+        run = layout.red[0][1]    # (an index lift's run is unflipped: its item numbers are the indices)
+        xs = tuple(_arrays.window(a, layout.origin, (k_count,), (run,)) for a in arrs)
+        p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, algorithm,
+                             lift=lift, project=project, ddof=ddof)
+        _reduce_mod.run(b, p, xs if is_tuple else xs[0], k_count, outs, init)
+        return
+    flat = tuple(_arrays.window(a, lowest, (extent,), (1,)) for a in arrs)
     xs = flat if is_tuple else flat[0]
-    keep_shape, keep_strides = _collapse([shape[d] for d in keep], [like.strides[d] for d in keep])
-    red_shape, red_strides = _collapse([shape[d] for d in axes], [like.strides[d] for d in axes])
-    keep_strides = tuple(int(s) for s in keep_strides)
-    red_strides = tuple(int(s) for s in red_strides)
-    base_shift = -lowest
-    op = prep.op
-    tile = _reduce_mod.tile_for(prep.in_vt, prep.acc_vt)
-    spec = _reduce_mod.Spec(op, prep.in_vt, prep.acc_vt, out_vt, lift, project, ddof, tile, "final", "warp",
-                            not op.commutative)
+    sched = schedule(layout, limits(b.device_id))
+    keep_dims = layout.keep or ((1, 0, 0),)
+    length, stride, index_stride = layout.red[-1]
+    outer = layout.red[:-1]
+    nd_outer = len(outer)
+    outer = outer or ((1, 0, 0),)
+    spec = _reduce_mod.Spec(op, prep.in_vt, prep.acc_vt, out_vt, lift, project, ddof,
+                            _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative)
+    chunk = sched.chunk + (sched.chunk & 1)
+    if (WIDE_LOADS and sched.kernel == "rows" and op.commutative and lift != "index" and not is_tuple
+            and prep.in_vt.itemsize == 4 and prep.in_vt.fields[0].kind in "iuf" and stride == 1
+            and length % 2 == 0 and origin % 2 == 0 and extent % 2 == 0 and not xs.ptr & 7
+            and all(d[1] % 2 == 0 for d in layout.red[:-1] + layout.keep)):
+        # 8-byte loads: every row starts on an even element of an 8-byte aligned extent, so
+        # the reduction runs over pairs, with the geometry halved (chunks of whole pairs).
+        sched = sched._replace(chunk=chunk, split=-(-k_count // chunk))
+        spec = spec._replace(wide=True)
+        origin, k_count, length = origin // 2, k_count // 2, length // 2
+        keep_dims = tuple((n, s // 2, o) for n, s, o in keep_dims)
+        outer = tuple((n, s // 2, i) for n, s, i in outer)
+        sched = sched._replace(chunk=sched.chunk // 2)
     has_init = init is not None
     init_value = prep.acc_vt.make(init) if has_init else _reduce_mod._zero(prep.acc_vt)
-    few = m_count <= FEW_OUTPUTS and k_count >= FEW_OUTPUTS_MIN_ITEMS and len(red_shape) == 1
-    if few:
-        _few_outputs(b, arrs, is_tuple, outs, keep_shape, keep_strides, red_shape[0], red_strides[0], prep, init,
-                     algorithm, lift, project, ddof, m_count)
-        return
-    kind = "columns" if (m_count >= 4096 or k_count <= 32) else "rows"
-    kernel = axis_kernel(spec, kind, len(keep_shape), len(red_shape))
-    keep_arg = tuple(np.int64(v) for v in keep_shape)
-    args = (xs, np.int64(base_shift), np.int64(m_count), np.int64(k_count), keep_arg,
-            tuple(np.int64(v) for v in keep_strides), tuple(np.int64(v) for v in red_shape),
-            tuple(np.int64(v) for v in red_strides), outs, init_value, has_init)
-    threads = m_count if kind == "columns" else m_count * 32
-    nt = 256
-    grid = max(1, min(-(-threads // nt), 65535 * 4))
-    b.launch(kernel, ("axis", spec, kind, len(keep_shape), len(red_shape)), grid, nt, args)
+    partials, counters = _split_workspace(b, prep.acc_vt, m_count * sched.split if sched.split > 1 else 1,
+                                          m_count if sched.kernel == "rows" else -(-m_count // max(sched.tx, 1)))
+    i64 = np.int64
+    args = (xs, i64(origin), i64(m_count), tuple(i64(d[0]) for d in keep_dims),
+            tuple(i64(d[1]) for d in keep_dims), tuple(i64(d[2]) for d in keep_dims), i64(k_count),
+            (i64(length), i64(stride), i64(index_stride), i64(layout.index_origin)),
+            tuple(i64(d[0]) for d in outer), tuple(i64(d[1]) for d in outer), tuple(i64(d[2]) for d in outer),
+            i64(sched.split), i64(sched.chunk), partials, counters, outs, init_value, has_init)
+    split = sched.split > 1
+    if sched.kernel == "rows":
+        kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
+        key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
+    else:
+        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
+        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
+    b.launch(kernel, key, sched.grid, sched.nt, args)
 
 
-def _flat(a, lowest, extent):
-    """A 1-D contiguous descriptor over the array's whole extent, starting at
-    its lowest-addressed element."""
-    return _arrays.window(a, lowest, (extent,), (1,))
+_counters = {}
+
+
+def _split_workspace(b, acc_vt, partial_count, counter_count):
+    """Partials (the per-stream workspace: never read before written) and ``counter_count``
+    arrival counters (their own zeroed buffer, per stream and size class: the last
+    arrival resets its counter, so they are zero before every launch)."""
+    _, ws = _launch.workspace(b.device_id, b.stream,
+                              max(16, sum(-(-partial_count * f.itemsize // 16) * 16 for f in acc_vt.fields)))
+    views, offset = [], 0
+    for f in acc_vt.fields:
+        views.append(ws.view(f, (partial_count,), offset))
+        offset += -(-partial_count * f.itemsize // 16) * 16
+    cap = _pow2_at_least(max(counter_count, 1))
+    key = (b.device_id, b.stream, cap)
+    counters = _counters.get(key)
+    if counters is None:
+        counters = _counters[key] = _launch.zeros(b.device_id, b.stream, 4 * cap).view(np.uint32, (cap,), 0)
+    return (tuple(views) if acc_vt.is_tuple else views[0]), counters
 
 
 def _result_arrays(b, like, out_vt, out_shape, m_count, given):
@@ -227,22 +752,6 @@ def _result_arrays(b, like, out_vt, out_shape, m_count, given):
                 raise ValueError("cufold: out= must be C-contiguous")
             vecs.append(_arrays.window(a, 0, (m_count,), (1,)))
     return tuple(vecs) if out_vt.is_tuple else vecs[0]
-
-
-def _few_outputs(b, arrs, is_tuple, outs, keep_shape, keep_strides, k_count, k_stride, prep, init,
-                 algorithm, lift, project, ddof, m_count):
-    """One whole-array reduction per output (few outputs, long reduced axis)."""
-    unravel = np.unravel_index
-    out_fields = outs if prep.out_vt.is_tuple else (outs,)
-    for m in range(m_count):
-        idx = unravel(m, keep_shape) if keep_shape else ()
-        off = int(sum(int(i) * s for i, s in zip(idx, keep_strides)))
-        row = tuple(_arrays.window(a, off, (k_count,), (k_stride,)) for a in arrs)
-        xs = row if is_tuple else row[0]
-        dst = tuple(_arrays.window(o, m, (1,), (1,)) for o in out_fields)
-        p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, prep.out_vt, k_count, b.device_id,
-                             algorithm, lift=lift, project=project, ddof=ddof)
-        _reduce_mod.run(b, p, xs, k_count, dst if prep.out_vt.is_tuple else dst[0], init)
 
 
 @functools.lru_cache(maxsize=None)

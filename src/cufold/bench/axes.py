@@ -1,0 +1,407 @@
+"""``python -m cufold bench axes``: reductions over axes and of non-contiguous views,
+cufold against torch and CuPy in the same run (issue #24).
+
+Layouts (float32, values on the 1/256 grid, so sums check tightly):
+
+* ``A`` = (8192, 8192) and its ``A.T``, ``A[:, ::2]``, ``A[::2]``;
+* ``y`` = (64, 3, 65536) and its six permutations (``y.permute(p)``; three copies
+  rotate, so the 50 MB never sits in L2);
+* ``z`` = (2^24, 4) and ``z.T``.
+
+Axes: every axis, every pair (3-D), and None. Reductions: sum, max, argmax (single
+axis or None, as torch.argmax) and mean. Peers: ``torch.sum/amax/argmax/mean(dim=)``
+and ``cupy.sum/max/argmax/mean(axis=)`` on zero-copy views of the same memory.
+
+Per case the table gives the kernel cufold's planner chose, the CUDA-event medians,
+the ratios ``peer / cufold`` (> 1: cufold faster) and the *floor*: the bytes of the
+32-byte sectors the view touches (plus the result) at the copy bandwidth measured
+in the run (``torch copy_`` of 256 MiB: read + write over time); ``% floor`` =
+floor / cufold time.
+
+Targets (``targets`` at the end): every case >= 1.0x torch; where the reduced data
+is contiguous (a ``rows`` or ``contiguous`` layout), >= 90% of the floor; every full
+reduction of a non-contiguous view within 1.3x of the same reduction of a contiguous
+copy of the view (timed too, as ``copy``).
+
+Default run: ~2 minutes on an H100/H200 (plus first compiles, cached on disk after).
+``--quick``: few repetitions; ``--layouts A,y`` and ``--reductions sum,max`` select.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import math
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from . import report as R
+from .runner import time_events
+from .timing import Settings
+
+__all__ = ["LAYOUTS", "REDUCTIONS", "cases", "touched_bytes", "main"]
+
+REDUCTIONS = ("sum", "max", "argmax", "mean")
+LAYOUTS = ("A", "A.T", "A[:,::2]", "A[::2]") + tuple("y.permute%s" % (p,) for p in
+                                                     itertools.permutations(range(3))) + ("z", "z.T")
+BASES = {"A": (8192, 8192), "y": (64, 3, 65536), "z": (1 << 24, 4)}
+ROTATE = {"A": 1, "y": 3, "z": 1}
+TARGET_VS_TORCH = 1.0
+TARGET_FLOOR = 0.9
+TARGET_FULL_VS_COPY = 1.3
+
+
+def _base_of(layout):
+    return layout[0]
+
+
+def _axes_of(ndim):
+    out = [None] + list(range(ndim))
+    if ndim == 3:
+        out += [(0, 1), (0, 2), (1, 2)]
+    return out
+
+
+def cases(layouts=LAYOUTS, reductions=REDUCTIONS):
+    """(layout, axis, reduction) of a run, in order."""
+    out = []
+    for lay in layouts:
+        ndim = 3 if lay.startswith("y") else 2
+        for axis in _axes_of(ndim):
+            for red in reductions:
+                if red == "argmax" and isinstance(axis, tuple):
+                    continue
+                out.append((lay, axis, red))
+    return out
+
+
+def _view(t, layout):
+    """The torch view named ``layout`` of base tensor ``t``."""
+    if layout in ("A", "z", "y.permute(0, 1, 2)"):
+        return t
+    if layout.endswith(".T"):
+        return t.T
+    if layout == "A[:,::2]":
+        return t[:, ::2]
+    if layout == "A[::2]":
+        return t[::2]
+    if layout.startswith("y.permute"):
+        return t.permute(*eval(layout[len("y.permute"):]))       # noqa: S307 (our own names)
+    raise ValueError(layout)
+
+
+def _host_view(h, layout):
+    if layout in ("A", "z", "y.permute(0, 1, 2)"):
+        return h
+    if layout.endswith(".T"):
+        return h.T
+    if layout == "A[:,::2]":
+        return h[:, ::2]
+    if layout == "A[::2]":
+        return h[::2]
+    return h.transpose(*eval(layout[len("y.permute"):]))          # noqa: S307
+
+
+def touched_bytes(shape, strides, itemsize, sector=32):
+    """Bytes of the ``sector``-byte sectors that a view (element ``strides``) touches."""
+    dims = sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1 and s != 0), key=lambda d: -d[1])
+    merged = []
+    for n, s in dims:
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    if not merged:
+        return sector
+    n, s = merged[-1]
+    outer = math.prod(d[0] for d in merged[:-1])
+    if s * itemsize >= sector:
+        per = n
+    else:
+        per = -(-((n - 1) * s * itemsize + itemsize) // sector)
+    return outer * per * sector
+
+
+def _plan_text(shape, strides, axis, reduction, device_id):
+    """What cufold's planner runs for this case (kernel, group or tile, split)."""
+    try:
+        from cufold.device import axis as A
+        axes = A.normalize_axis(axis, len(shape))
+        lay = A.plan_layout(tuple(shape), tuple(strides), axes, True, reduction == "argmax")
+        if lay.kind == "contiguous":
+            return "reduce", lay
+        s = A.schedule(lay, A.limits(device_id))
+        if s.kernel == "rows":
+            return "rows g%d x%d" % (s.group, s.split), lay
+        return "cols %dx%d x%d" % (s.tx, s.ty, s.split), lay
+    except Exception as e:                       # noqa: BLE001 (a description only)
+        return "? %s" % type(e).__name__, None
+
+
+def _reference(x, axis, reduction):
+    """NumPy's result in float64 (``x``: the view of the float64 copy)."""
+    if reduction == "sum":
+        return x.sum(axis=axis)
+    if reduction == "max":
+        return x.max(axis=axis)
+    if reduction == "mean":
+        return x.mean(axis=axis)
+    return x.max(axis=axis)     # argmax: checked by the value at the returned index
+
+
+def _check(got, ref, h, axis, reduction):
+    got = np.asarray(got)
+    if reduction == "argmax":
+        idx = got.astype(np.int64)
+        if axis is None:
+            vals = h.reshape(-1)[int(idx)]
+        else:
+            vals = np.take_along_axis(h, np.expand_dims(idx, axis), axis).squeeze(axis)
+        ok = np.array_equal(vals.astype(np.float64), ref)
+        return ok, "" if ok else "argmax picks a value that is not the maximum"
+    if got.shape != np.shape(ref):
+        return False, "shape %s, expected %s" % (got.shape, np.shape(ref))
+    tol = 1e-5 * (1 + np.abs(ref)) if reduction == "mean" else 1e-6 * (1 + np.abs(ref))
+    bad = np.abs(got.astype(np.float64) - ref) > tol
+    ok = not bad.any()
+    return ok, "" if ok else "%d of %d differ (first at %s)" % (bad.sum(), bad.size, np.argwhere(bad)[0])
+
+
+def _calls(env, reduction, axis):
+    """{label: fn(view)} of the candidates."""
+    import cufold
+    out = {"cufold": lambda x: getattr(cufold, reduction)(x, axis=axis)}
+    torch = env.get("torch")
+    if torch is not None:
+        if reduction == "sum":
+            out["torch"] = (lambda x: torch.sum(x)) if axis is None else (lambda x: torch.sum(x, dim=axis))
+        elif reduction == "max":
+            out["torch"] = (lambda x: torch.max(x)) if axis is None else (lambda x: torch.amax(x, dim=axis))
+        elif reduction == "argmax":
+            out["torch"] = lambda x: torch.argmax(x, dim=axis)
+        else:
+            out["torch"] = (lambda x: torch.mean(x)) if axis is None else (lambda x: torch.mean(x, dim=axis))
+    cupy = env.get("cupy")
+    if cupy is not None:
+        fn = {"sum": cupy.sum, "max": cupy.max, "argmax": cupy.argmax, "mean": cupy.mean}[reduction]
+        out["cupy"] = lambda x: fn(x, axis=axis)
+    return out
+
+
+def _time(clock, fn, args, settings, rec):
+    for _ in range(settings.warmup):
+        fn(args[0])
+    clock.sync()
+    return time_events(clock, fn, args, settings, rec)
+
+
+def run(env, backend, layouts, reductions, settings, progress=True, log=None):
+    from .runner import Progress
+    torch = env.get("torch")
+    cupy = env.get("cupy")
+    log = log or sys.stderr
+    info = backend.device_info()
+    device_id = 0
+    rng = np.random.default_rng(settings.seed)
+    records = []
+    # copy bandwidth: read + write of 256 MiB
+    src = torch.empty(1 << 26, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    rec = {}
+    st = _time(backend.clock, lambda p: p[1].copy_(p[0]), [(src, dst)], settings, rec)
+    copy_bw = 2 * src.numel() * 4 / (st["median"] * 1e-6)
+    del src, dst
+    todo = cases(layouts, reductions)
+    bar = Progress(len(todo), enabled=progress, stream=log)
+    bases = {}
+    for base in sorted({_base_of(lay) for lay in layouts}):
+        shape = BASES[base]
+        hosts = [(rng.integers(-256, 257, size=shape, dtype=np.int16).astype(np.float32) / np.float32(256))
+                 for _ in range(ROTATE[base])]
+        bases[base] = (hosts[0], hosts[0].astype(np.float64), [torch.from_numpy(h).to("cuda") for h in hosts])
+        del hosts
+    for lay, axis, reduction in todo:
+        base = _base_of(lay)
+        h0, h64, devs = bases[base]
+        views = [_view(t, lay) for t in devs]
+        hv = _host_view(h0, lay)
+        shape, strides = tuple(views[0].shape), tuple(views[0].stride())
+        plan, layout = _plan_text(shape, strides, axis, reduction, device_id)
+        ref = _reference(_host_view(h64, lay), axis, reduction)
+        out_bytes = int(np.prod(np.shape(ref))) * (8 if reduction == "argmax" else 4)
+        floor_us = (touched_bytes(shape, strides, 4) + out_bytes) / copy_bw * 1e6
+        row = {"layout": lay, "axis": axis, "reduction": reduction, "shape": shape, "strides": strides,
+               "plan": plan, "floor_us": floor_us,
+               "contiguous_data": layout is not None and layout.kind in ("contiguous", "rows")
+               and abs(layout.red[-1][1]) == 1,
+               "full_noncontig": axis is None and not views[0].is_contiguous()}
+        bar.describe("%s %s %s" % (lay, axis, reduction))
+        calls = _calls(env, reduction, axis)
+        for label, fn in calls.items():
+            lib_views = views if label != "cupy" else [cupy.asarray(v) for v in views]
+            rec = {"label": label}
+            try:
+                got = backend.fetch(fn(lib_views[0]))
+                ok, why = _check(got, ref, hv, axis, reduction)
+                if not ok:
+                    rec.update(status="mismatch", note=why)
+                else:
+                    _time(backend.clock, fn, lib_views, settings, rec)
+                    rec["status"] = "ok"
+            except Exception as e:                        # noqa: BLE001 (reported, the run goes on)
+                rec.update(status="error", note="%s: %s" % (type(e).__name__, str(e)[:200]),
+                           traceback=traceback.format_exc(limit=4))
+            row[label] = rec
+        if row["full_noncontig"]:
+            copies = [v.contiguous() for v in views]
+            rec = {"label": "copy"}
+            try:
+                _time(backend.clock, calls["cufold"], copies, settings, rec)
+                rec["status"] = "ok"
+            except Exception as e:                        # noqa: BLE001
+                rec.update(status="error", note="%s: %s" % (type(e).__name__, e))
+            row["copy"] = rec
+            del copies
+        records.append(row)
+        bar.update()
+    bar.close()
+    meta = {"suite": "axes", "date": datetime.datetime.now().isoformat(timespec="seconds"), "device": info,
+            "versions": dict(env.versions), "copy_GBps": copy_bw / 1e9, "settings": settings.as_dict()}
+    results = {"meta": meta, "records": records}
+    results["targets_evaluated"] = evaluate(results)
+    return results
+
+
+def _us(row, label):
+    r = row.get(label)
+    return r.get("gpu_us") if r and r.get("status") == "ok" else None
+
+
+def evaluate(results):
+    """The targets: [{name, status, worst, misses}]."""
+    rows = results["records"]
+    out = []
+
+    def target(name, items, threshold, better):
+        vals = [(v, what) for v, what in items if v is not None]
+        misses = [(v, what) for v, what in vals if not better(v, threshold)]
+        worst = min(vals)[0] if vals and better(2, 1) else (max(vals)[0] if vals else None)
+        out.append({"name": name, "status": "PASS" if vals and not misses else ("MISS" if vals else "n/a"),
+                    "cases": len(vals), "misses": len(misses), "worst": worst,
+                    "missed": ["%s %.2f" % (w, v) for v, w in sorted(misses)[:8]]})
+
+    def what(r):
+        return "%s axis=%s %s" % (r["layout"], r["axis"], r["reduction"])
+
+    ge = lambda v, t: v >= t                                                  # noqa: E731
+    le = lambda v, t: v <= t                                                  # noqa: E731
+    target("every case >= %.1fx torch" % TARGET_VS_TORCH,
+           [((_us(r, "torch") / _us(r, "cufold")) if _us(r, "torch") and _us(r, "cufold") else None, what(r))
+            for r in rows], TARGET_VS_TORCH, ge)
+    target("reduced data contiguous: >= %d%% of the floor" % (TARGET_FLOOR * 100),
+           [((r["floor_us"] / _us(r, "cufold")) if _us(r, "cufold") else None, what(r))
+            for r in rows if r["contiguous_data"]], TARGET_FLOOR, ge)
+    target("full reduction of a non-contiguous view <= %.1fx its contiguous copy" % TARGET_FULL_VS_COPY,
+           [((_us(r, "cufold") / _us(r, "copy")) if _us(r, "cufold") and _us(r, "copy") else None, what(r))
+            for r in rows if r["full_noncontig"]], TARGET_FULL_VS_COPY, le)
+    return out
+
+
+def format_results(results):
+    m = results["meta"]
+    lines = ["cufold bench axes on %s (copy %.0f GB/s)" % (m["device"].get("name"), m["copy_GBps"]), "",
+             "%-20s %-7s %-6s %-15s %9s %9s %9s %7s %7s %7s %7s" % (
+                 "layout", "axis", "op", "cufold plan", "cufold", "torch", "cupy", "xtorch", "xcupy",
+                 "%floor", "xcopy")]
+    for r in results["records"]:
+        cf, tt, cp, cc = (_us(r, k) for k in ("cufold", "torch", "cupy", "copy"))
+
+        def f(v):
+            return "%9.1f" % v if v else "%9s" % "-"
+
+        def ratio(a, b):
+            return "%7.2f" % (a / b) if a and b else "%7s" % "-"
+        flags = "".join(" [%s: %s]" % (k, r[k]["status"]) for k in ("cufold", "torch", "cupy")
+                        if k in r and r[k].get("status") != "ok")
+        lines.append("%-20s %-7s %-6s %-15s %s %s %s %s %s %7s %s%s" % (
+            r["layout"], str(r["axis"]).replace(" ", ""), r["reduction"], r["plan"][:15], f(cf), f(tt), f(cp),
+            ratio(tt, cf), ratio(cp, cf), "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-",
+            ratio(cf, cc) if cc else "", flags))
+    lines += ["", "targets:"]
+    for t in results["targets_evaluated"]:
+        lines.append("  %-4s %s: %d cases, %d misses, worst %s%s" % (
+            t["status"], t["name"], t["cases"], t["misses"], "%.2f" % t["worst"] if t["worst"] else "-",
+            ("; missed: " + ", ".join(t["missed"])) if t["missed"] else ""))
+    return "\n".join(lines)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m cufold bench axes",
+                                description="Axis reductions and non-contiguous views vs torch and CuPy.")
+    p.add_argument("--layouts", default=None, help="comma list of bases or layouts (A, y, z, A.T, ...)")
+    p.add_argument("--reductions", default=",".join(REDUCTIONS))
+    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
+    p.add_argument("--out", default=None, help="output directory (default bench/results/axes-<gpu>-<date>)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="print the cases and exit (no GPU needed)")
+    p.add_argument("--seed", type=int, default=None)
+    return p
+
+
+def _select(spec):
+    if not spec:
+        return LAYOUTS
+    want = [s.strip() for s in spec.split(",") if s.strip()]
+    return tuple(lay for lay in LAYOUTS if lay in want or _base_of(lay) in want)
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """``python -m cufold bench axes ...``; 0, 1 on a mismatch or error, 2 without a GPU."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    layouts = _select(args.layouts)
+    reductions = tuple(r.strip() for r in args.reductions.split(",") if r.strip() in REDUCTIONS)
+    todo = cases(layouts, reductions)
+    # ~2 minutes: 0.02 s of events per (case, library), a few reps at least
+    settings = Settings.quick() if args.quick else Settings(target_s=0.02, min_reps=10, max_reps=300,
+                                                            max_case_s=0.5, warmup=2, est_reps=3)
+    if args.seed is not None:
+        settings.seed = args.seed
+    if args.dry_run:
+        out.write("cufold bench axes: %d cases (layout x axis x reduction), each on cufold, torch, cupy\n"
+                  % len(todo))
+        for c in todo:
+            out.write("  %s axis=%s %s\n" % c)
+        return 0
+    from . import backends, open_backend
+    env = backends.probe()
+    if env.get("torch") is None:
+        err.write("cufold bench axes: needs torch with CUDA (the data and the copy bandwidth)\n")
+        return 2
+    backend = open_backend(env, err)
+    if backend is None:
+        return 2
+    info = backend.device_info()
+    started = datetime.datetime.now()
+    out_dir = args.out or R.default_out_dir("axes", info.get("name"), started)
+    os.makedirs(out_dir, exist_ok=True)
+    err.write("cufold bench axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
+    results = run(env, backend, layouts, reductions, settings, progress=not args.no_progress, log=err)
+    results["meta"]["argv"] = list(argv or [])
+    text = format_results(results)
+    out.write(text + "\n")
+    with open(os.path.join(out_dir, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    R.write_json(results, os.path.join(out_dir, "results.json"))
+    err.write("wrote %s: results.json, table.txt\n" % out_dir)
+    bad = [r for r in results["records"] for k in ("cufold",) if r.get(k, {}).get("status") != "ok"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
