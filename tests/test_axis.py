@@ -230,8 +230,15 @@ KERNEL_CASES = [
 ]
 
 
+@pytest.fixture
+def simulator_limits(monkeypatch):
+    """The simulator's launch limits on any device, so that the small shapes below reach
+    the same kernels on a GPU (real launches, the GPU's own code paths)."""
+    monkeypatch.setattr(axis_mod, "limits", lambda device_id: axis_mod.SIMULATOR_LIMITS)
+
+
 @pytest.mark.parametrize("shape, axes, expect", KERNEL_CASES)
-def test_kernel_choice_and_results(rng, shape, axes, expect):
+def test_kernel_choice_and_results(rng, shape, axes, expect, simulator_limits):
     layout = axis_mod.plan_layout(shape, (shape[1], 1), axes, True)
     s = axis_mod.schedule(layout, axis_mod.limits(0))
     assert (s.kernel, s.group or s.tx, s.split) == expect
@@ -252,7 +259,7 @@ def test_kernel_choice_and_results(rng, shape, axes, expect):
 
 
 @pytest.mark.parametrize("view", ["rows_strided", "cols_strided", "transposed"])
-def test_full_reduction_of_views_uses_every_block(rng, view):
+def test_full_reduction_of_views_uses_every_block(rng, view, simulator_limits):
     """A full reduction of a view that does not collapse splits over blocks (never one warp)."""
     x = rng.integers(-50, 50, (60, 70)).astype(np.int32)
     d = cuda.to_device(x)

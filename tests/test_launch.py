@@ -722,7 +722,7 @@ def test_every_call_opens_an_nvtx_range(monkeypatch):
 
 
 def test_compiled_launcher_passes_the_driver_its_arguments():
-    """cufold.host.native.launch_kernel calls the function at ``entry`` with
+    """cufold.host.native's launcher calls the function at ``entry`` with
     cuLaunchKernel's C signature: here a ctypes callback standing in for the
     driver records what it got (no GPU needed: the launcher is CPU code)."""
     from cufold.host import native
@@ -731,12 +731,18 @@ def test_compiled_launcher_passes_the_driver_its_arguments():
                              ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
 
     def fake_cu_launch_kernel(*args):
-        got.append(args)
+        got.append(args)      # (a ctypes callback takes the interpreter lock the launcher let go)
         return 719            # a CUresult the caller must see
 
     fake = proto(fake_cu_launch_kernel)
-    entry = ctypes.cast(fake, ctypes.c_void_p).value
+    launch = native.launcher(ctypes.cast(fake, ctypes.c_void_p).value)
     function, stream, params = 0x7F12_3456_7890, 0x5555_0000_1234, 0x7FFF_0000_0008
-    res = native.launch_kernel(entry, function, 65535 * 4, 2, 3, 256, 1, 1, 49152, stream, params, 0)
-    assert res == 719
+    assert launch(function, 65535 * 4, 2, 3, 256, 1, 1, 49152, stream, params, 0) == 719
     assert got == [(function, 65535 * 4, 2, 3, 256, 1, 1, 49152, stream, params, 0)]
+    assert launch((1 << 64) - 1, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0) == 719       # all ones is an integer too
+    assert got[-1][0] == (1 << 64) - 1
+    with pytest.raises(TypeError, match="11 integers"):
+        launch(1, 2, 3)
+    with pytest.raises(TypeError):
+        launch(function, 1.5, 1, 1, 32, 1, 1, 0, 0, 0, 0)
+    assert len(got) == 2                  # neither bad call reached the driver

@@ -11,6 +11,7 @@ or a one-parameter kernel, through:
   bindings/x    the same with the parameters packed in one buffer (the `extra` argument)
   v2            cuda.bindings._v2.driver.launch_kernel (typed arguments), where it exists
   ctypes        libcuda's cuLaunchKernel through ctypes, every argument pre-converted
+  compiled      cufold.host.native's built-in function (what Bound uses by default)
   cupy          cupy.cuda.driver.launchKernel (plain integers), where cupy is installed
 """
 import argparse
@@ -146,23 +147,11 @@ def main():
         ("tiny: bound go", lambda: go1(7)),
         ("tiny: bindings", lambda: g1["_launch"](*g1["_cfg"])),
     ]
-    # A compiled launcher: a Numba (CPU) function calling libcuda's cuLaunchKernel by address.
-    try:
-        import numba
-        c_u64 = ctypes.c_uint64
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, c_u64, u, u, u, u, u, u, u, c_u64, c_u64, c_u64)
-        culaunch = proto(ctypes.cast(raw, ctypes.c_void_p).value)
-
-        @numba.njit
-        def njlaunch(f, gx, gy, gz, bx, by, bz, sh, st, params):
-            return culaunch(f, gx, gy, gz, bx, by, bz, sh, st, params, 0)
-        nj = (fint,) + tuple(int(d) for d in dims) + (sint, int(params))
-        t0 = time.perf_counter()
-        njlaunch(*nj)
-        print("njit launcher compile+first %.3f s" % (time.perf_counter() - t0))
-        rows.append(("njit launcher", lambda: njlaunch(*nj)))
-    except Exception as e:
-        print("no njit launcher:", type(e).__name__, e)
+    # cufold's compiled launcher (host/native.py): a built-in function calling the driver by address.
+    from cufold.host import native
+    compiled = native.launcher(ctypes.cast(raw, ctypes.c_void_p).value)
+    nat = (fint,) + tuple(int(d) for d in dims) + (sint, int(params), 0)
+    rows.append(("compiled launcher", lambda: compiled(*nat)))
     try:
         import cupy
         lkc = cupy.cuda.driver.launchKernel

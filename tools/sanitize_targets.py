@@ -64,6 +64,38 @@ m2 = rng.integers(-9, 9, (301, 257)).astype(np.int32)
 dm = cuda.to_device(m2)
 check("axis rows", cufold.sum(dm, axis=1).copy_to_host(), m2.sum(axis=1))
 check("axis columns", cufold.sum(dm, axis=0).copy_to_host(), m2.sum(axis=0))
+# the layout planner's split kernels (a last-arrival ticket per output) and strided full reductions
+for shape, axis in (((16, 65536), 1), ((65536, 8), 0), ((1000, 64), 1), ((64, 3000), 0)):
+    h = rng.integers(-9, 9, shape).astype(np.int32)
+    dh = cuda.to_device(h)
+    check("axis %s axis=%d sum" % (shape, axis), cufold.sum(dh, axis=axis).copy_to_host(), h.sum(axis=axis))
+    check("axis %s axis=%d argmax" % (shape, axis), cufold.argmax(dh, axis=axis).copy_to_host(), h.argmax(axis=axis))
+    check("axis %s axis=%d mean" % (shape, axis), cufold.mean(dh, axis=axis).copy_to_host(), h.mean(axis=axis),
+          exact=False)
+big = rng.integers(-9, 9, (1024, 1024)).astype(np.int32)
+dbig = cuda.to_device(big)
+check("full sum of x.T", cufold.sum(dbig.T).copy_to_host(), big.sum())
+check("full sum of x[::2]", cufold.sum(dbig[::2]).copy_to_host(), big[::2].sum())
+check("full argmax of x[:, ::3]", cufold.argmax(dbig[:, ::3]).copy_to_host(), big[:, ::3].argmax())
+# tuple values by key: every path
+tk = rng.integers(0, 3000, n).astype(np.int32)
+ones = np.ones(n, np.int64)
+for alg in (None, "warp", "atomic", "grouped"):
+    outs = (cuda.to_device(np.zeros(3000, np.int64)), cuda.to_device(np.zeros(3000)))
+    cufold.reduce_by_key_into(cuda.to_device(tk), (cuda.to_device(ones), cuda.to_device(xd)), outs, algorithm=alg)
+    check("tuple by key %s (count, sum)" % alg, outs[1].copy_to_host(), np.bincount(tk, xd, 3000), exact=False)
+vmax = cuda.to_device(np.full(3000, -np.inf, np.float32)), cuda.to_device(np.zeros(3000, np.int64))
+cufold.reduce_by_key_into(cuda.to_device(tk), df, vmax, cufold.argmax)
+want_max = np.full(3000, -np.inf, np.float32)
+np.maximum.at(want_max, tk, xf)
+check("tuple by key packed argmax", vmax[0].copy_to_host(), want_max)
+wf = tuple(cuda.to_device(np.zeros(3000)) for _ in range(3))
+cufold.reduce_by_key_into(cuda.to_device(tk), cuda.to_device(xd), wf, cufold.welford)
+check("tuple by key two-pass welford (count)", wf[0].copy_to_host(), np.bincount(tk, minlength=3000).astype(float))
+sk = np.sort(tk)
+outs = (cuda.to_device(np.zeros(3000, np.int64)), cuda.to_device(np.zeros(3000)))
+cufold.reduce_by_key_into(cuda.to_device(sk), (cuda.to_device(ones), cuda.to_device(xd)), outs, algorithm="sorted")
+check("tuple by key sorted (count, sum)", outs[1].copy_to_host(), np.bincount(sk, xd, 3000), exact=False)
 xb = np.abs(x) % 300
 for alg in cufold.algorithms("histogram"):
     check("bincount %s" % alg, cufold.bincount(cuda.to_device(xb), algorithm=alg).copy_to_host(), np.bincount(xb))

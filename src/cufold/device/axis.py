@@ -171,11 +171,14 @@ def plan_layout(shape, strides, axes, reorder, indexed=False):
 Limits = collections.namedtuple("Limits", "nt long_row min_items max_split blocks")
 
 
+#: The simulator's: tiny blocks, so that small test arrays cross warp, block and split boundaries.
+SIMULATOR_LIMITS = Limits(64, 256, 2, 8, 4)
+
+
 def limits(device_id):
-    """The planner's limits on GPU ``device_id`` (tiny blocks in the simulator, so
-    small test arrays cross warp, block and split boundaries)."""
+    """The planner's limits on GPU ``device_id`` (:data:`SIMULATOR_LIMITS` in the simulator)."""
     if config.ENABLE_CUDASIM:
-        return Limits(64, 256, 2, 8, 4)
+        return SIMULATOR_LIMITS
     # 256 threads, 8 blocks an SM: a full H100/H200. 16 items a thread at least keep
     # enough loads in flight per split chunk; 4096-item rows fill a 256-thread block.
     return Limits(256, 4096, 16, 1024, _launch.sm_count(device_id) * 8)
