@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only, simulator_only
+from conftest import gpu_only, simulator_only
 
 from cufold.host import arrays as A
 from cufold.host.arrays import Arr, describe, describe_many, empty, stream_handle

@@ -795,11 +795,11 @@ def test_express_follows_tile_override(rng, monkeypatch):
 
 @gpu_only
 def test_scalar_results_from_batches_torch(rng):
-    """torch results come from batches of SCALAR_BATCH 0-d views: more calls than
+    """torch results come from batches of SMALL_BATCH 0-d views: more calls than
     a batch holds, every result its own element, all kept valid."""
     torch = pytest.importorskip("torch")
     from cufold.host import arrays as _arrays
-    k = _arrays.SCALAR_BATCH + 10
+    k = _arrays.SMALL_BATCH + 10
     xs = [torch.randn(1000, device="cuda") for _ in range(k)]
     rs = [cufold.sum(x) for x in xs]
     assert all(r.dim() == 0 and r.dtype == torch.float32 for r in rs)

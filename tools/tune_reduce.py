@@ -1,7 +1,7 @@
 """Time cufold's reduce kernels against torch/cupy at large sizes (development aid).
 Usage: CUFOLD_TILE=256x16 PPT=16 python tools/tune_reduce.py [cases]
 (PPT: the last block's partials per thread, which bounds the grid: grid <= threads x PPT)"""
-import importlib, os, sys, time
+import importlib, os, sys
 import numpy as np, torch, cupy
 import cufold
 

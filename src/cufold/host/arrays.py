@@ -725,7 +725,6 @@ def allocator(like, shape, dtype, stream=None):
 SMALL_BATCH = 256
 SMALL_BATCH_BYTES = 1 << 15
 SMALL_RESULT_BYTES = 1 << 12
-SCALAR_BATCH = SMALL_BATCH          # (the 0-d results' batch; the name tests use)
 _small_pools = {}
 _small_lock = threading.Lock()
 
