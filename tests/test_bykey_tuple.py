@@ -52,6 +52,15 @@ PATHS = [(None, False, "random"), (None, False, "sorted"), ("warp", False, "rand
          ("atomic", False, "random"), (None, True, "random"), ("sorted", True, "sorted")]
 
 
+def assert_per_field(got, outs, keys, vals, ufuncs):
+    """Field ``f`` of ``got`` is ``outs[f]`` with ``vals[f]`` folded in by key with
+    ``ufuncs[f].at`` (cast to the field's dtype first), exactly."""
+    for f, (v, uf) in enumerate(zip(vals, ufuncs)):
+        ref = outs[f].copy()
+        uf.at(ref, keys, v.astype(ref.dtype))
+        np.testing.assert_array_equal(got[f], ref)
+
+
 # --- field-wise ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("algorithm,deterministic,order", PATHS)
@@ -93,17 +102,10 @@ def test_min_max_minmax_with_nan(algorithm, order, rng):
     outs = (rng.normal(size=M).astype(np.float32), rng.integers(-9, 9, M).astype(np.int64))
     for op, uf in ((cufold.minimum, np.minimum), (cufold.maximum, np.maximum)):
         got = call(keys, (x, y), outs, op, algorithm=algorithm)
-        for f, v in enumerate((x, y)):
-            ref = outs[f].copy()
-            uf.at(ref, keys, v.astype(ref.dtype))
-            np.testing.assert_array_equal(got[f], ref)
+        assert_per_field(got, outs, keys, (x, y), (uf, uf))
     lo, hi = rng.normal(size=M).astype(np.float32), rng.normal(size=M).astype(np.float32)
     got = call(keys, (x, x), (lo, hi), cufold.minmax, algorithm=algorithm)
-    ref_lo, ref_hi = lo.copy(), hi.copy()
-    np.minimum.at(ref_lo, keys, x)
-    np.maximum.at(ref_hi, keys, x)
-    np.testing.assert_array_equal(got[0], ref_lo)
-    np.testing.assert_array_equal(got[1], ref_hi)
+    assert_per_field(got, (lo, hi), keys, (x, x), (np.minimum, np.maximum))
 
 
 # --- argmin / argmax -----------------------------------------------------------------------------
@@ -270,11 +272,9 @@ def test_user_operators(algorithm, rng):
     c, d = rng.integers(-5, 5, N), rng.integers(-10**12, 10**12, N)
     outs = (rng.integers(-5, 5, M), rng.integers(-10**12, 10**12, M))
     got = call(keys, (c, d), outs, SUM_MAX, algorithm=algorithm)
-    r0, r1 = outs[0].copy(), outs[1].copy()
-    np.add.at(r0, keys, c)
-    np.maximum.at(r1, keys, d)
-    np.testing.assert_array_equal(got[0], r0)
-    np.testing.assert_array_equal(got[1], r1)
+    assert_per_field(got, outs, keys, (c, d), (np.add, np.maximum))
+
+
 
 
 SUM_MAX32 = cufold.Op(lambda a, b: (a[0] + b[0], max(a[1], b[1])),
@@ -290,11 +290,7 @@ def test_compare_and_swap_on_64_bit_tuples(algorithm, order, rng):
     outs = (rng.integers(-8, 8, M).astype(np.float32), rng.integers(-10**9, 10**9, M).astype(np.int32))
     outs[0][-2:] = [np.nan, -0.0]
     got = call(keys, (a, c), outs, SUM_MAX32, algorithm=algorithm)
-    r0, r1 = outs[0].copy(), outs[1].copy()
-    np.add.at(r0, keys, a)
-    np.maximum.at(r1, keys, c)
-    np.testing.assert_array_equal(got[0], r0)
-    np.testing.assert_array_equal(got[1], r1)
+    assert_per_field(got, outs, keys, (a, c), (np.add, np.maximum))
     assert np.signbit(got[0][-1]) and np.isnan(got[0][-2])
     keys[7] = M
     with pytest.raises(IndexError, match="key %d at position 7 is out of range" % M):

@@ -4,6 +4,7 @@ The simulator runs kernels as Python and so never type-checks them; this does,
 through Numba's real CUDA pipeline. Run before every GPU session:
     PYTHONPATH=src python tools/ptx_check.py
 """
+import hashlib
 import os
 import time
 
@@ -35,13 +36,23 @@ class _Compiled:
         return lambda *new: None
 
 
+#: PTX_DUMP=DIR writes each kernel's PTX there, named by a digest of its key: two trees'
+#: dumps diffed show which kernels a change altered.
+DUMP = os.environ.get("PTX_DUMP")
+
+
 def fake_kernel_for(fn, key, args):
     sig = tuple(L._nbtype(a) for a in args)
     k = (key, sig)
     if k not in compiled:
         t = time.time()
-        cuda.compile_ptx(fn, sig, cc=(9, 0))
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
         compiled[k] = time.time() - t
+        if DUMP:
+            os.makedirs(DUMP, exist_ok=True)
+            name = hashlib.sha1(repr(k).encode()).hexdigest()[:16]
+            with open(os.path.join(DUMP, name + ".ptx"), "w") as f:
+                f.write("// %r\n%s" % (k, ptx))
     return _Compiled()
 
 

@@ -50,7 +50,6 @@ errors or when there is no GPU to run on.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 
@@ -272,10 +271,8 @@ def main(argv=None, stdout=None, stderr=None):
         return 2
 
     from .runner import run_suite
-    started = datetime.datetime.now()
     info = backend.device_info()
-    out_dir = args.out or R.default_out_dir(args.suite, info.get("name"), started)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = R.make_out_dir(args.out, args.suite, info.get("name"))
     err.write("cufold bench %s on %s: %d sizes x %d candidates -> %s\n" % (
         args.suite, info.get("name"), len(sizes), sum(len(c.candidates) for c in cases), out_dir))
     for lib, why in sorted(env.skipped.items()):
@@ -288,9 +285,7 @@ def main(argv=None, stdout=None, stderr=None):
         if results["meta"]["partial"]:
             text = "PARTIAL (the run goes on; sizes done: %s)\n" % ",".join(
                 str(k) for k in sorted({r["log2n"] for r in results["records"]})) + text
-        with open(os.path.join(out_dir, "table.txt"), "w") as f:
-            f.write(text + "\n")
-        R.write_json(results, os.path.join(out_dir, "results.json"))
+        R.save_results(results, text, out_dir)
         return text
 
     results = run_suite(args.suite, cases, backend, env, sizes, settings, progress=not args.no_progress,

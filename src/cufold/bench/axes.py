@@ -33,7 +33,6 @@ import argparse
 import datetime
 import itertools
 import math
-import os
 import sys
 import traceback
 
@@ -80,7 +79,7 @@ def cases(layouts=LAYOUTS, reductions=REDUCTIONS):
 
 
 def _view(t, layout):
-    """The torch view named ``layout`` of base tensor ``t``."""
+    """The view named ``layout`` of base array ``t`` (a torch tensor or a NumPy array)."""
     if layout in ("A", "z", "y.permute(0, 1, 2)"):
         return t
     if layout.endswith(".T"):
@@ -90,20 +89,9 @@ def _view(t, layout):
     if layout == "A[::2]":
         return t[::2]
     if layout.startswith("y.permute"):
-        return t.permute(*eval(layout[len("y.permute"):]))       # noqa: S307 (our own names)
+        permute = t.permute if hasattr(t, "permute") else t.transpose      # torch / NumPy
+        return permute(*eval(layout[len("y.permute"):]))                   # noqa: S307 (our own names)
     raise ValueError(layout)
-
-
-def _host_view(h, layout):
-    if layout in ("A", "z", "y.permute(0, 1, 2)"):
-        return h
-    if layout.endswith(".T"):
-        return h.T
-    if layout == "A[:,::2]":
-        return h[:, ::2]
-    if layout == "A[::2]":
-        return h[::2]
-    return h.transpose(*eval(layout[len("y.permute"):]))          # noqa: S307
 
 
 def touched_bytes(shape, strides, itemsize, sector=32):
@@ -228,10 +216,10 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
         base = _base_of(lay)
         h0, h64, devs = bases[base]
         views = [_view(t, lay) for t in devs]
-        hv = _host_view(h0, lay)
+        hv = _view(h0, lay)
         shape, strides = tuple(views[0].shape), tuple(views[0].stride())
         plan, layout = _plan_text(shape, strides, axis, reduction, device_id)
-        ref = _reference(_host_view(h64, lay), axis, reduction)
+        ref = _reference(_view(h64, lay), axis, reduction)
         out_bytes = int(np.prod(np.shape(ref))) * (8 if reduction == "argmax" else 4)
         floor_us = (touched_bytes(shape, strides, 4) + out_bytes) / copy_bw * 1e6
         row = {"layout": lay, "axis": axis, "reduction": reduction, "shape": shape, "strides": strides,
@@ -387,17 +375,13 @@ def main(argv=None, stdout=None, stderr=None):
     if backend is None:
         return 2
     info = backend.device_info()
-    started = datetime.datetime.now()
-    out_dir = args.out or R.default_out_dir("axes", info.get("name"), started)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = R.make_out_dir(args.out, "axes", info.get("name"))
     err.write("cufold bench axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
     results = run(env, backend, layouts, reductions, settings, progress=not args.no_progress, log=err)
     results["meta"]["argv"] = list(argv or [])
     text = format_results(results)
     out.write(text + "\n")
-    with open(os.path.join(out_dir, "table.txt"), "w") as f:
-        f.write(text + "\n")
-    R.write_json(results, os.path.join(out_dir, "results.json"))
+    R.save_results(results, text, out_dir)
     err.write("wrote %s: results.json, table.txt\n" % out_dir)
     bad = [r for r in results["records"] for k in ("cufold",) if r.get(k, {}).get("status") != "ok"]
     return 1 if bad else 0

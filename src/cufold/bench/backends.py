@@ -413,6 +413,25 @@ class Backend:
             pass
 
 
+class SharedCopies:
+    """Device copies of a case's host data, shared by its candidates: each named array
+    uploaded once, then viewed once per library (``lib`` None: the upload itself)."""
+
+    def __init__(self, backend):
+        self.backend, self._dev = backend, {}
+
+    def get(self, what, lib, host):
+        """The copy of ``what`` for ``lib``; ``host()`` makes its host data (first use only)."""
+        key = (what, lib)
+        got = self._dev.get(key)
+        if got is None:
+            prim = self._dev.get((what, None))
+            if prim is None:
+                prim = self._dev[(what, None)] = self.backend.upload(host())
+            got = self._dev[key] = self.backend.view(prim, lib) if lib else prim
+        return got
+
+
 def torch_dtype(torch, dtype):
     return {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
             "int64": torch.int64, "float16": torch.float16}[np.dtype(dtype).name]

@@ -42,14 +42,13 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import os
 import sys
 import traceback
 
 import numpy as np
 
 from . import report as R
-from .backends import Skip
+from .backends import SharedCopies, Skip
 from .runner import time_events
 from .timing import Settings, estimate_seconds
 
@@ -104,31 +103,26 @@ class Ctx:
     def __init__(self, env, backend, order, keys, values, m, key_dtype):
         self.env, self.backend, self.order = env, backend, order
         self.keys, self.values, self.m, self.key_dtype = keys, values, m, np.dtype(key_dtype)
-        self._dev = {}
+        self._copies = SharedCopies(backend)
 
     def mod(self, lib):
         return self.env.get(lib)
 
     def device(self, what, lib):
         """Device copies (shared by the candidates): 'keys', 'keys64', 'values', 'lengths'."""
-        key = (what, lib)
-        if key not in self._dev:
-            if what == "keys":
-                host = self.keys.astype(self.key_dtype)
-            elif what == "keys64":
-                host = self.keys.astype(np.int64)
-            elif what == "values":
-                host = self.values
-            elif what == "lengths":
-                starts = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]])
-                host = np.diff(np.r_[starts, self.keys.size]).astype(np.int64)
-            else:
-                raise ValueError(what)
-            prim = self._dev.get((what, None))
-            if prim is None:
-                prim = self._dev[(what, None)] = self.backend.upload(host)
-            self._dev[key] = self.backend.view(prim, lib) if lib else prim
-        return self._dev[key]
+        return self._copies.get(what, lib, lambda: self._host(what))
+
+    def _host(self, what):
+        if what == "keys":
+            return self.keys.astype(self.key_dtype)
+        if what == "keys64":
+            return self.keys.astype(np.int64)
+        if what == "values":
+            return self.values
+        if what == "lengths":
+            starts = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]])
+            return np.diff(np.r_[starts, self.keys.size]).astype(np.int64)
+        raise ValueError(what)
 
     def zeros_out(self, lib):
         return self.backend.view(self.backend.upload(np.zeros(self.m, np.float64)), lib) if lib \
@@ -498,9 +492,7 @@ def main(argv=None, stdout=None, stderr=None):
     if backend is None:
         return 2
     info = backend.device_info()
-    started = datetime.datetime.now()
-    out_dir = args.out or R.default_out_dir("bykey", info.get("name"), started)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = R.make_out_dir(args.out, "bykey", info.get("name"))
     err.write("cufold bench bykey on %s: %d^3 cells x %d, orders %s -> %s\n"
               % (info.get("name"), args.side, args.per_cell, ",".join(orders), out_dir))
     results = run(env, backend, orders, args.side, args.per_cell, args.key_dtype, settings, only=only,
@@ -509,9 +501,7 @@ def main(argv=None, stdout=None, stderr=None):
     results["meta"]["out_dir"] = out_dir
     text = format_results(results)
     out.write(text + "\n")
-    with open(os.path.join(out_dir, "table.txt"), "w") as f:
-        f.write(text + "\n")
-    R.write_json(results, os.path.join(out_dir, "results.json"))
+    R.save_results(results, text, out_dir)
     err.write("wrote %s: results.json, table.txt\n" % out_dir)
     bad = [r for r in results["records"] if r["status"] == "mismatch"]
     if bad:

@@ -40,14 +40,13 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import os
 import sys
 import traceback
 
 import numpy as np
 
 from . import report as R
-from .backends import Skip
+from .backends import SharedCopies, Skip
 from .runner import time_events
 from .timing import Settings, estimate_seconds
 
@@ -89,19 +88,13 @@ class Ctx:
         for f in ("a", "b", "c"):
             self.host[f] = rng.normal(size=e)
         self.host["x64"] = self.host["a"]
-        self._dev = {}
+        self._copies = SharedCopies(backend)
 
     def mod(self, lib):
         return self.env.get(lib)
 
     def device(self, what, lib):
-        key = (what, lib)
-        if key not in self._dev:
-            prim = self._dev.get((what, None))
-            if prim is None:
-                prim = self._dev[(what, None)] = self.backend.upload(self.host[what])
-            self._dev[key] = self.backend.view(prim, lib) if lib else prim
-        return self._dev[key]
+        return self._copies.get(what, lib, lambda: self.host[what])
 
     def new(self, host, lib):
         return self.backend.view(self.backend.upload(np.ascontiguousarray(host)), lib)
@@ -222,12 +215,17 @@ def _torch_two_pass(ctx):
     return Prepared(call, lambda: box["r"], "new arrays per call")
 
 
+def _sums_data(ctx):
+    """(reduce_by_key_into, keys, the four value fields, the four zeroed outputs) of the sums task."""
+    keys = ctx.device("keys", "cufold")
+    vals = tuple(ctx.device(f, "cufold") for f in ("ones", "a", "b", "c"))
+    out = (_zeros(ctx, "cufold", np.int64),) + tuple(_zeros(ctx, "cufold", np.float64) for _ in range(3))
+    return _bykey(ctx).reduce_by_key_into, keys, vals, out
+
+
 def _sums(algorithm=None, deterministic=False):
     def make(ctx):
-        into = _bykey(ctx).reduce_by_key_into
-        keys = ctx.device("keys", "cufold")
-        vals = tuple(ctx.device(f, "cufold") for f in ("ones", "a", "b", "c"))
-        out = (_zeros(ctx, "cufold", np.int64),) + tuple(_zeros(ctx, "cufold", np.float64) for _ in range(3))
+        into, keys, vals, out = _sums_data(ctx)
 
         def call():
             into(keys, vals, out, algorithm=algorithm, deterministic=deterministic, check=False)
@@ -236,10 +234,7 @@ def _sums(algorithm=None, deterministic=False):
 
 
 def _sums4(ctx):
-    into = _bykey(ctx).reduce_by_key_into
-    keys = ctx.device("keys", "cufold")
-    vals = tuple(ctx.device(f, "cufold") for f in ("ones", "a", "b", "c"))
-    out = (_zeros(ctx, "cufold", np.int64),) + tuple(_zeros(ctx, "cufold", np.float64) for _ in range(3))
+    into, keys, vals, out = _sums_data(ctx)
 
     def call():
         for v, o in zip(vals, out):
@@ -536,9 +531,7 @@ def main(argv=None, stdout=None, stderr=None):
     if backend is None:
         return 2
     info = backend.device_info()
-    started = datetime.datetime.now()
-    out_dir = args.out or R.default_out_dir("bykey-tuple", info.get("name"), started)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = R.make_out_dir(args.out, "bykey-tuple", info.get("name"))
     err.write("cufold bench bykey-tuple on %s: E=%d, N=%d -> %s\n" % (info.get("name"), args.values, args.keys,
                                                                       out_dir))
     results = run(env, backend, orders, tasks, args.values, args.keys, settings, progress=not args.no_progress,
@@ -546,9 +539,7 @@ def main(argv=None, stdout=None, stderr=None):
     results["meta"]["argv"] = list(argv or [])
     text = format_results(results)
     out.write(text + "\n")
-    with open(os.path.join(out_dir, "table.txt"), "w") as f:
-        f.write(text + "\n")
-    R.write_json(results, os.path.join(out_dir, "results.json"))
+    R.save_results(results, text, out_dir)
     err.write("wrote %s: results.json, table.txt\n" % out_dir)
     return 1 if any(r["status"] == "mismatch" for r in results["records"]) else 0
 

@@ -22,13 +22,14 @@ Agg backend, imported on use).
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
 import re
 
 __all__ = ["time_of", "best_peer", "ratio", "format_table", "evaluate_targets", "format_targets",
-           "write_json", "load_json", "plot_bandwidth", "plot_calls", "default_out_dir", "slug",
+           "write_json", "make_out_dir", "save_results", "load_json", "plot_bandwidth", "plot_calls", "default_out_dir", "slug",
            "format_header"]
 
 
@@ -392,6 +393,20 @@ def slug(text):
 def default_out_dir(suite, gpu_name, when):
     """``bench/results/<suite>-<gpu-name>-<YYYYmmdd-HHMMSS>`` (relative to the cwd)."""
     return os.path.join("bench", "results", "%s-%s-%s" % (suite, slug(gpu_name), when.strftime("%Y%m%d-%H%M%S")))
+
+
+def make_out_dir(given, suite, gpu_name):
+    """``given`` (``--out``) or :func:`default_out_dir` for now, created."""
+    out_dir = given or default_out_dir(suite, gpu_name, datetime.datetime.now())
+    os.makedirs(out_dir, exist_ok=True)
+    return out_dir
+
+
+def save_results(results, text, out_dir):
+    """A run's files: the table (``text``) as ``table.txt``, ``results`` as ``results.json``."""
+    with open(os.path.join(out_dir, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    write_json(results, os.path.join(out_dir, "results.json"))
 
 
 def _jsonable(o):

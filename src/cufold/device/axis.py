@@ -236,56 +236,33 @@ def schedule(layout, lim):
 # --- device helpers -----------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _outer_at(nd):
-    """Device function ``(r, shape, strides, index_strides) -> (offset, index)`` of
-    number ``r`` over the reduced dimensions outside the innermost (``nd``; 0: none)."""
+def _unravel(nd):
+    """Device function ``(r, shape, a_strides, b_strides) -> (a, b)``: number ``r`` over
+    ``nd`` dimensions (C order) as offsets along two sets of strides at once (input
+    offset and index, or input and output offsets; ``nd`` 0: both 0)."""
     if nd == 0:
         @cuda.jit(device=True)
-        def outer0(r, shape, strides, index_strides):
+        def unravel0(r, shape, a_strides, b_strides):
             return r * 0, r * 0
-        return outer0
+        return unravel0
     if nd == 1:
         @cuda.jit(device=True)
-        def outer1(r, shape, strides, index_strides):
-            return r * strides[0], r * index_strides[0]
-        return outer1
+        def unravel1(r, shape, a_strides, b_strides):
+            return r * a_strides[0], r * b_strides[0]
+        return unravel1
 
     @cuda.jit(device=True)
-    def outer(r, shape, strides, index_strides):
-        off = r * 0
-        idx = r * 0
+    def unravel(r, shape, a_strides, b_strides):
+        a = r * 0
+        b = r * 0
         for d in range(nd - 1, -1, -1):
             n = shape[d]
             j = r % n
-            off += j * strides[d]
-            idx += j * index_strides[d]
+            a += j * a_strides[d]
+            b += j * b_strides[d]
             r //= n
-        return off, idx
-    return outer
-
-
-@functools.lru_cache(maxsize=None)
-def _keep_at(nd):
-    """Device function ``(m, shape, in_strides, out_strides) -> (input offset, output
-    offset)`` of output number ``m`` over ``nd`` kept dimensions."""
-    if nd == 1:
-        @cuda.jit(device=True)
-        def keep1(m, shape, ins, outs):
-            return m * ins[0], m * outs[0]
-        return keep1
-
-    @cuda.jit(device=True)
-    def keep(m, shape, ins, outs):
-        a = m * 0
-        b = m * 0
-        for d in range(nd - 1, -1, -1):
-            n = shape[d]
-            i = m % n
-            a += i * ins[d]
-            b += i * outs[d]
-            m //= n
         return a, b
-    return keep
+    return unravel
 
 
 @functools.lru_cache(maxsize=None)
@@ -301,7 +278,7 @@ def _thread_fold(spec, nd_outer):
     lift is its C-order index (argmin/argmax), else its position ``k``."""
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
-    outer_at = _outer_at(nd_outer)
+    outer_at = _unravel(nd_outer)      # (offset, C-order index)
     indexed = spec.lift == "index"
     wide = spec.wide
     unroll = UNROLL if wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4 else UNROLL_SMALL
@@ -441,7 +418,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc = acc_vt.store
-    keep_at = _keep_at(nd_keep)
+    keep_at = _unravel(nd_keep)        # (input offset, output offset)
     fold = _thread_fold(spec, nd_outer)
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
@@ -548,7 +525,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
     project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc, load_acc = acc_vt.store, acc_vt.load
-    keep_at = _keep_at(nd_keep)
+    keep_at = _unravel(nd_keep)        # (input offset, output offset)
     fold = _thread_fold(spec, nd_outer)
     strided = not spec.ordered
     nt = tx * ty
@@ -716,7 +693,6 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     b.launch(kernel, key, sched.grid, sched.nt, args)
 
 
-_counters = {}
 
 
 def _split_workspace(b, acc_vt, partial_count, counter_count):
@@ -730,10 +706,7 @@ def _split_workspace(b, acc_vt, partial_count, counter_count):
         views.append(ws.view(f, (partial_count,), offset))
         offset += -(-partial_count * f.itemsize // 16) * 16
     cap = _pow2_at_least(max(counter_count, 1))
-    key = (b.device_id, b.stream, cap)
-    counters = _counters.get(key)
-    if counters is None:
-        counters = _counters[key] = _launch.zeros(b.device_id, b.stream, 4 * cap).view(np.uint32, (cap,), 0)
+    counters = _launch.kept_zeros("axis counters", b.device_id, b.stream, 4 * cap).view(np.uint32, (cap,), 0)
     return (tuple(views) if acc_vt.is_tuple else views[0]), counters
 
 

@@ -1448,14 +1448,8 @@ def _tuple():
 def _quiet_status(device_id, stream):
     """The status arguments of kernels that record nothing (epoch 0): memory never written,
     from the capture-aware allocator (a call planned inside a CUDA graph's capture)."""
-    got = _quiet.get((device_id, stream))
-    if got is None:
-        words = _launch.zeros(device_id, stream, 24)
-        got = _quiet[(device_id, stream)] = (words.view(np.int64, (2,), 0), words.view(np.int64, (1,), 16))
-    return got
-
-
-_quiet = {}
+    words = _launch.kept_zeros("bykey quiet status", device_id, stream, 24)
+    return words.view(np.int64, (2,), 0), words.view(np.int64, (1,), 16)
 
 
 def _plan_program(op, keys, values, out, algorithm, deterministic, check, stream):

@@ -409,18 +409,12 @@ def _check_algorithm(algorithm, nbins, weighted):
 #: zeroed accumulator per (device, stream, bins, type) kept between calls; more bins
 #: are zeroed by a launch of their own (``start_kernel``) and counted in place.
 ONCE_MAX_BINS = 1 << 14
-_accumulators = _launch.BoundedCache(256)
 
 
 def _accumulator(device_id, stream, nbins, weighted):
     """(target, done): the zeroed scratch of one-launch calls on this stream."""
-    key = (device_id, stream, nbins, weighted)
-    got = _accumulators.get(key)
-    if got is None:
-        ws = _launch.zeros(device_id, stream, 8 * nbins + 8)
-        got = _accumulators.put(key, (ws.view(np.float64 if weighted else np.int64, (nbins,), 0),
-                                      ws.view(np.uint32, (1,), 8 * nbins)))
-    return got
+    ws = _launch.kept_zeros("histogram accumulator", device_id, stream, 8 * nbins + 8)
+    return ws.view(np.float64 if weighted else np.int64, (nbins,), 0), ws.view(np.uint32, (1,), 8 * nbins)
 
 
 def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
@@ -541,13 +535,7 @@ def _check_inputs(kind, a, w):
 
 def _dummy(device_id, stream):
     """A one-element float64 device array standing for the edges of bincount (never read)."""
-    got = _dummies.get(device_id)
-    if got is None:
-        got = _dummies[device_id] = _launch.zeros(device_id, stream, 8).view(np.float64, (1,), 0)
-    return got
-
-
-_dummies = {}
+    return _launch.kept_zeros("histogram dummy", device_id, stream, 8).view(np.float64, (1,), 0)
 def _plan_count_key(key, *arrays):
     """The Program of a bincount or histogram call signature ``key``: ``(kind,
     ...plan data..., common)``, ``common`` = (x's and weights' signatures, algorithm,

@@ -551,7 +551,6 @@ def _check_atomic(op, acc_vt, out_vt, deterministic, algorithm):
             "deterministic=False to use %r" % algorithm)
 
 
-_counters = {}
 _workspaces = _launch.BoundedCache(1024)
 
 
@@ -565,10 +564,7 @@ def _make_workspace(device_id, stream, acc_vt, count):
     """Per-(device, stream) scratch: ``count`` accumulator values per field, plus
     the zeroed arrival counter of the last-block reduction (the last block resets
     it, so it is zero before every launch)."""
-    key = (device_id, stream)
-    counter = _counters.get(key)
-    if counter is None:
-        counter = _counters[key] = _launch.zeros(device_id, stream, 4).view(np.uint32, (1,), 0)
+    counter = _launch.kept_zeros("reduce counter", device_id, stream, 4).view(np.uint32, (1,), 0)
     nbytes = sum(-(-count * f.itemsize // 16) * 16 for f in acc_vt.fields)
     _, ws = _launch.workspace(device_id, stream, max(nbytes, 16))
     views, offset = [], 0

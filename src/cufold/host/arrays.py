@@ -64,6 +64,17 @@ def _c_strides(shape):
     return tuple(out)
 
 
+def _dense(shape, strides):
+    """Whether dimensions given innermost first, with element ``strides``, lay their items
+    out back to back (size-1 dimensions may have any stride)."""
+    expect = 1
+    for n, s in zip(shape, strides):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
 def _prod(shape):
     n = 1
     for s in shape:
@@ -119,25 +130,11 @@ class Arr:
 
     @property
     def c_contiguous(self):
-        if self.size <= 1:
-            return True
-        expect = 1
-        for n, s in zip(reversed(self.shape), reversed(self.strides)):
-            if n != 1 and s != expect:
-                return False
-            expect *= n
-        return True
+        return self.size <= 1 or _dense(reversed(self.shape), reversed(self.strides))
 
     @property
     def f_contiguous(self):
-        if self.size <= 1:
-            return True
-        expect = 1
-        for n, s in zip(self.shape, self.strides):
-            if n != 1 and s != expect:
-                return False
-            expect *= n
-        return True
+        return self.size <= 1 or _dense(self.shape, self.strides)
 
     @property
     def nbytes(self):

@@ -29,6 +29,7 @@ Public API
 made again and again with a new input and output: only their fields are written)
 ``get_kernel(key, factory, disk_key=None, **jit_options) -> Kernel``
 ``workspace(device_id, stream, nbytes) -> (ptr, Arr)``
+``kept_zeros(purpose, device_id, stream, nbytes) -> Arr`` (zeros the kernels leave zero)
 ``BoundedCache(limit)`` (the per-call caches' dict: bounded, ``get`` / ``put``)
 ``clear_workspaces()``
 ``nvtx_range(name)``
@@ -67,7 +68,7 @@ from numba.np.numpy_support import from_dtype
 from . import arrays as _arrays
 from .arrays import Arr, as_numba
 
-__all__ = ["Kernel", "get_kernel", "workspace", "clear_workspaces", "nvtx_range", "DIRECT",
+__all__ = ["Kernel", "get_kernel", "workspace", "kept_zeros", "clear_workspaces", "nvtx_range", "DIRECT",
            "NVTX", "LAUNCH_API", "CHECK_CONTEXT", "cache_dir", "LaunchError"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -1269,6 +1270,27 @@ def workspace(device_id, stream, nbytes):
 
 
 _WS_OLD = []  # superseded workspaces: earlier views and queued kernels may use them
+
+
+_KEPT = BoundedCache(1024)
+_KEPT_LOCK = threading.Lock()
+
+
+def kept_zeros(purpose, device_id, stream, nbytes):
+    """A zeroed device buffer of ``nbytes`` (a 1-D uint8 :class:`Arr`) for the kernels
+    named by ``purpose`` on raw stream ``stream``, cached per (purpose, device, stream,
+    size) and made by :func:`zeros` (capture-aware) when first asked for. The contract:
+    every launch that uses it leaves it zero again (arrival counters reset by the last
+    block, accumulators drained by it), so it is zero at the start of every launch
+    without a zeroing launch per call; launches on one stream run in order."""
+    key = (purpose, device_id, stream, nbytes)
+    got = _KEPT.get(key)
+    if got is None:
+        with _KEPT_LOCK:
+            got = _KEPT.get(key)
+            if got is None:
+                got = _KEPT.put(key, zeros(device_id, stream, nbytes))
+    return got
 
 
 def zeros(device_id, stream, nbytes):
