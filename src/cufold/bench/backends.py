@@ -60,6 +60,10 @@ class Env:
     def has(self, lib):
         return lib in self.modules
 
+    def plan_note(self, lib):
+        """What a dry run says of a candidate of ``lib``: "will run", or why it is skipped."""
+        return "will run" if self.has(lib) else "skipped: %s" % self.skipped.get(lib, "unavailable")
+
     def get(self, lib):
         if lib not in self.modules:
             raise Skip(self.skipped.get(lib, "%s unavailable" % lib))

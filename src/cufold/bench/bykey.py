@@ -368,8 +368,7 @@ def format_results(results):
 def run(env, backend, orders, side, per_cell, key_dtype, settings, only=None, progress=True, log=None,
         device_info=None, cands=None):
     """Measure every candidate (default :func:`candidates`) on every order; returns the results dict."""
-    from .runner import Progress
-    log = log or sys.stderr
+    from .runner import measure_orders, suite_meta
     if cands is None:
         cands = candidates(_bykey_module(env).ALGORITHMS)
     cands = [c for c in cands if not only or any(c.lib == o or c.label.startswith(o) for o in only)]
@@ -380,31 +379,21 @@ def run(env, backend, orders, side, per_cell, key_dtype, settings, only=None, pr
     key_dtype = np.dtype(key_dtype)
     bytes_moved = n * (key_dtype.itemsize + 8)
     values = box_values(n, settings.seed)
-    records, neighbours = [], {}
-    bar = Progress(len(orders) * len(cands), enabled=progress, stream=log)
-    for order in orders:
+    neighbours = {}
+
+    def make_ctx(order):
         keys = box_keys(side, per_cell, order, settings.seed)
         neighbours[order] = equal_neighbours(keys)
-        ref = np.bincount(keys, weights=values, minlength=m)
         ctx = Ctx(env, backend, order, keys, values, m, key_dtype)
-        for c in cands:
-            bar.describe("%s %s" % (order, c.label))
-            rec = measure(c, ctx, ref, settings, bytes_moved)
-            if rec["status"] in ("mismatch", "error"):
-                bar.write("!! %s: %s %s: %s" % (rec["status"].upper(), order, c.label, rec["note"]))
-            records.append(rec)
-            bar.update()
-        del ctx
-        backend.release()
-    bar.close()
-    meta = {"suite": "bykey", "date": started.isoformat(timespec="seconds"), "device": info,
-            "l2_bytes": info.get("l2_bytes"), "versions": dict(env.versions),
-            "skipped_libs": dict(env.skipped), "notes": list(env.notes), "backend": backend.name,
-            "cufold_input": getattr(backend, "cufold_input", None),
-            "clock": getattr(backend.clock, "name", None), "settings": settings.as_dict(),
-            "orders": list(orders), "equal_neighbours": neighbours,
-            "box": {"side": side, "per_cell": per_cell, "n": n, "m": m, "key_dtype": key_dtype.name,
-                    "bytes": bytes_moved}}
+        ctx.ref = np.bincount(keys, weights=values, minlength=m)
+        return ctx
+
+    records = measure_orders(orders, cands, make_ctx, lambda c, ctx: measure(c, ctx, ctx.ref, settings, bytes_moved),
+                             backend, progress, log)
+    meta = suite_meta("bykey", env, backend, info, settings, started, orders=list(orders),
+                      equal_neighbours=neighbours,
+                      box={"side": side, "per_cell": per_cell, "n": n, "m": m, "key_dtype": key_dtype.name,
+                           "bytes": bytes_moved})
     results = {"meta": meta, "cases": [], "records": records}
     results["targets_evaluated"] = evaluate(results)
     return results
@@ -480,7 +469,7 @@ def main(argv=None, stdout=None, stderr=None):
             out.write("cufold: %s\n" % why)
         cands = [c for c in candidates(algs) if not only or any(c.lib == o or c.label.startswith(o) for o in only)]
         for c in cands:
-            state = "will run" if env.has(c.lib) else "skipped: %s" % env.skipped.get(c.lib, "unavailable")
+            state = env.plan_note(c.lib)
             out.write("  %-7s %-40s %s\n" % (c.role, c.label, state))
         from . import format_estimate
         out.write(format_estimate(estimate(orders, cands, n, settings)))

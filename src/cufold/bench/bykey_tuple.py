@@ -365,34 +365,20 @@ def accuracy(env, backend, n, e, seed):
 
 
 def run(env, backend, orders, tasks, e, n, settings, progress=True, log=None, device_info=None, cands=None):
-    from .runner import Progress
-    log = log or sys.stderr
+    from .runner import measure_orders, suite_meta
     cands = [c for c in (cands or candidates()) if c.task in tasks or (c.task == "max" and "argmax" in tasks)]
     started = datetime.datetime.now()
     info = device_info if device_info is not None else backend.device_info()
-    records = []
-    bar = Progress(len(orders) * len(cands), enabled=progress, stream=log)
-    for order in orders:
-        keys = power_law_keys(e, n, order, settings.seed)
-        ctx = Ctx(env, backend, order, keys, n, settings.seed)
-        refs = references(ctx)
-        for c in cands:
-            bar.describe("%s %s" % (order, c.label))
-            rec = measure(c, ctx, refs, settings)
-            if rec["status"] in ("mismatch", "error"):
-                bar.write("!! %s: %s %s: %s" % (rec["status"].upper(), order, c.label, rec["note"]))
-            records.append(rec)
-            bar.update()
-        del ctx
-        backend.release()
-    bar.close()
+    def make_ctx(order):
+        ctx = Ctx(env, backend, order, power_law_keys(e, n, order, settings.seed), n, settings.seed)
+        ctx.refs = references(ctx)
+        return ctx
+
+    records = measure_orders(orders, cands, make_ctx, lambda c, ctx: measure(c, ctx, ctx.refs, settings),
+                             backend, progress, log)
     acc = accuracy(env, backend, n, e, settings.seed) if "welford" in tasks else {}
-    meta = {"suite": "bykey-tuple", "date": started.isoformat(timespec="seconds"), "device": info,
-            "l2_bytes": info.get("l2_bytes"), "versions": dict(getattr(env, "versions", {})),
-            "skipped_libs": dict(getattr(env, "skipped", {})), "backend": backend.name,
-            "cufold_input": getattr(backend, "cufold_input", None), "clock": getattr(backend.clock, "name", None),
-            "settings": settings.as_dict(), "orders": list(orders), "tasks": list(tasks), "e": e, "n": n,
-            "accuracy": acc}
+    meta = suite_meta("bykey-tuple", env, backend, info, settings, started, orders=list(orders),
+                      tasks=list(tasks), e=e, n=n, accuracy=acc)
     results = {"meta": meta, "cases": [], "records": records}
     results["targets_evaluated"] = evaluate(results)
     return results
@@ -520,7 +506,7 @@ def main(argv=None, stdout=None, stderr=None):
         out.write("E = %d values, N = %d keys; orders: %s; tasks: %s\n" % (args.values, args.keys, ", ".join(orders),
                                                                           ", ".join(tasks)))
         for c in cands:
-            state = "will run" if env.has(c.lib) else "skipped: %s" % env.skipped.get(c.lib, "unavailable")
+            state = env.plan_note(c.lib)
             out.write("  %-7s %-8s %-55s %s\n" % (c.role, c.task, c.label, state))
         from . import format_estimate
         out.write(format_estimate(estimate_seconds(settings, len(orders) * len(cands), 0, [c.lib for c in cands],

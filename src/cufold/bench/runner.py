@@ -38,6 +38,38 @@ from .timing import choose_calls, choose_reps, rotation_count, rotation_note, su
 __all__ = ["Inputs", "DataCache", "measure_candidate", "measure_calls", "run_suite", "Progress", "measure_copy_ceiling"]
 
 
+def measure_orders(orders, cands, make_ctx, measure_one, backend, progress=True, log=None):
+    """The records of every candidate on every key order (the by-key suites): ``make_ctx(order)``
+    makes an order's data, ``measure_one(cand, ctx)`` one record; a mismatch or error is
+    reported as it happens; each order's device data is released before the next."""
+    records = []
+    bar = Progress(len(orders) * len(cands), enabled=progress, stream=log or sys.stderr)
+    for order in orders:
+        ctx = make_ctx(order)
+        for c in cands:
+            bar.describe("%s %s" % (order, c.label))
+            rec = measure_one(c, ctx)
+            if rec["status"] in ("mismatch", "error"):
+                bar.write("!! %s: %s %s: %s" % (rec["status"].upper(), order, c.label, rec["note"]))
+            records.append(rec)
+            bar.update()
+        del ctx
+        backend.release()
+    bar.close()
+    return records
+
+
+def suite_meta(suite, env, backend, info, settings, started, **extra):
+    """The ``meta`` of a suite with its own driver: what ran where, with which libraries."""
+    meta = {"suite": suite, "date": started.isoformat(timespec="seconds"), "device": info,
+            "l2_bytes": info.get("l2_bytes"), "versions": dict(getattr(env, "versions", {})),
+            "skipped_libs": dict(getattr(env, "skipped", {})), "notes": list(getattr(env, "notes", [])),
+            "backend": backend.name, "cufold_input": getattr(backend, "cufold_input", None),
+            "clock": getattr(backend.clock, "name", None), "settings": settings.as_dict()}
+    meta.update(extra)
+    return meta
+
+
 class Progress:
     """tqdm on stderr when importable (and enabled), else a plain counter."""
 
