@@ -339,10 +339,10 @@ _drv = None
 _drv_lock = threading.Lock()
 
 
-#: Which binding calls cuLaunchKernel: ``bindings`` (cuda.bindings.driver), ``ctypes``
-#: (libcuda through ctypes), ``compiled`` (opt-in: a built-in function compiled with
-#: llvmlite that calls the driver by address, :mod:`cufold.host.native`), or ``auto``
-#: (bindings where importable, else ctypes). ``CUFOLD_LAUNCH_API`` sets it.
+#: Which binding calls cuLaunchKernel: ``compiled`` (a built-in function compiled with
+#: llvmlite that calls the driver by address, :mod:`cufold.host.native`), ``bindings``
+#: (cuda.bindings.driver), ``ctypes`` (libcuda through ctypes), or ``auto`` (compiled,
+#: else bindings where importable, else ctypes). ``CUFOLD_LAUNCH_API`` sets it.
 LAUNCH_API = os.environ.get("CUFOLD_LAUNCH_API", "auto").strip().lower()
 
 #: Check the thread's current CUDA context before every launch (True), or only
@@ -391,16 +391,19 @@ class _Driver:
         api = (api or LAUNCH_API)
         self.api = None
         self.launch_entry = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
-        # The compiled launcher is opt-in until it has run the suite on a GPU (the Numba
-        # CPU function it replaces did: 0.9 us less per launch than cuda.bindings on an
-        # H100 host, but 0.6 s to load per process); then it becomes auto's first choice.
-        if api == "compiled":
-            from . import native
-            self.launch = native.launcher(self.launch_entry)        # ~7 ms, once per process
-            self._func_type = int
-            self._stream_type = _stream_int
-            self.ok = 0
-            self.api = "compiled"
+        # The compiled launcher first: 0.8 us less per launch than cuda.bindings on an
+        # H100 host (5.5 vs 6.3 us, tools/launch_costs.py), for ~7 ms once per process.
+        if api in ("auto", "compiled"):
+            try:
+                from . import native
+                self.launch = native.launcher(self.launch_entry)
+                self._func_type = int
+                self._stream_type = _stream_int
+                self.ok = 0
+                self.api = "compiled"
+            except Exception:
+                if api == "compiled":
+                    raise
         if self.api is None and api in ("auto", "bindings"):
             try:
                 from cuda.bindings import driver as cbd
