@@ -1382,7 +1382,10 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     keys : 1-D CUDA array of any integer dtype (signed or not, 8..64 bits)
     values : 1-D CUDA array as long as ``keys``, of a dtype that casts to ``out``'s
         under NumPy's ``same_kind`` rule (it is cast, then accumulated in ``out``'s dtype);
-        or a tuple of such arrays, one per field of a tuple value
+        or a tuple of such arrays, one per field of a tuple value; or feature rows: a 2-D
+        array ``(n, F)`` (any strides) with ``out`` of shape ``(m, F)``, each row reduced
+        into ``out[keys[i], :]`` (``cufold.device.rows``: a warp's lanes over a row's
+        features, one update per feature per run of equal keys; F = 1 runs the 1-D paths)
     out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64; or a tuple
         of equally long 1-D arrays, one per field of the operator's value (each must hold
         its value field under NumPy's ``safe`` rule; ``argmin``/``argmax`` into an
@@ -1413,6 +1416,11 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         array([2., 4., 9.])
         >>> cufold.reduce_by_key_into(cells, mass, cupy.full(3, -cupy.inf), cufold.maximum)
         array([2., 4., 5.])
+        >>> rows = cupy.stack([mass, 10 * mass], axis=1)       # feature rows (5, 2)
+        >>> cufold.reduce_by_key_into(cells, rows, cupy.zeros((3, 2)))
+        array([[ 2., 20.],
+               [ 4., 40.],
+               [ 9., 90.]])
         >>> best = (cupy.full(3, -cupy.inf), cupy.full(3, -1))    # the maximum and its position
         >>> cufold.reduce_by_key_into(cells, mass, best, cufold.argmax)
         (array([2., 4., 5.]), array([1, 3, 4]))
@@ -1427,6 +1435,10 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
     k = _arrays.describe(keys, "keys")
     v = _arrays.describe(values, "values")
     handle = _arrays.stream_handle((o, k, v), stream)
+    if v.ndim != 1 or o.ndim != 1:       # feature rows: values (n, F), out (m, F)
+        from . import rows
+        rows.reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle)
+        return out
     sig = _programs.signature
     # no stream-ordered allocation (the Program allocates nothing): the handle is enough
     key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)

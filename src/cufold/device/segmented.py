@@ -594,7 +594,9 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
 
     Parameters
     ----------
-    values : CUDA array (any library), or a tuple of equally long arrays (tuple values).
+    values : CUDA array (any library), or a tuple of equally long arrays (tuple values);
+        or feature rows, a 2-D array ``(n, F)`` (any strides; the result is ``(segments,
+        F)``; ``cufold.device.rows``: lanes over features, spans of rows per warp).
     offsets : 1-D CUDA array of any integer dtype, ``len(segments) + 1`` entries,
         non-decreasing, within ``[0, len(values)]`` (not checked: offsets outside
         are clamped, decreasing ones give unspecified results). Values before
@@ -626,9 +628,16 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
         array([ 3.,  0., 42.], dtype=float32)
         >>> cufold.segmented_reduce(v, cupy.asarray([0, 3, 3, 10]), cufold.maximum, init=-1)
         array([ 2., -1.,  9.], dtype=float32)
+        >>> cufold.segmented_reduce(v.reshape(5, 2), cupy.asarray([0, 1, 5]))
+        array([[ 0.,  1.],
+               [20., 24.]], dtype=float32)
     """
     arrs = _describe_values(values, "values")
     off = _arrays.describe(offsets, "offsets")
+    if len(arrs) == 1 and arrs[0].ndim != 1:          # feature rows (n, F)
+        from . import rows
+        return rows.segmented_reduce(arrs[0], off, op, init, dtype, _arrays.stream_handle(arrs + (off,), stream),
+                                     stream is not None)
     return _segmented_programs.run(
         (tuple(map(_programs.signature, arrs)), _programs.signature(off),
          _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None), *arrs, off)
@@ -751,7 +760,8 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
         (tuple keys, equal when every field is); equal keys must be adjacent to
         be one run (a key that comes back later starts a new run, as in thrust;
         NaN keys never equal anything, so each NaN is its own run).
-    values : CUDA array(s) as long as ``keys`` (a tuple for tuple values).
+    values : CUDA array(s) as long as ``keys`` (a tuple for tuple values); or feature
+        rows, a 2-D array ``(n, F)``: totals of shape ``(runs, F)``.
     op : cufold.Op or function ``(a, b) -> c``; associative (an ordered fold per run).
     dtype : accumulator and result dtype (default as ``cufold.reduce``).
     stream : the library's stream object or a raw ``CUstream`` handle.
@@ -769,9 +779,10 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
     """
     karrs = _describe_values(keys, "keys")
     varrs = _describe_values(values, "values")
-    if varrs[0].size != karrs[0].size:
+    rows = varrs[0].shape[0] if varrs[0].ndim else 1
+    if rows != karrs[0].size:
         raise ValueError("cufold: keys and values must be equally long; got %d and %d"
-                         % (karrs[0].size, varrs[0].size))
+                         % (karrs[0].size, rows))
     handle = _arrays.stream_handle(karrs + varrs, stream)
     ksig = tuple(map(_programs.signature, karrs))
     if karrs[0].size == 0:
@@ -785,8 +796,12 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
 
 def _check_by_key(karrs, varrs):
     every = karrs + varrs
+    if len(varrs) == 1 and varrs[0].ndim != 1:        # feature rows (n, F)
+        from . import rows
+        rows.check_segment_rows(varrs[0])
+        every = karrs
     _check_values(every, "keys and values")
-    _arrays.same_device(every, "keys and values")
+    _arrays.same_device(karrs + varrs, "keys and values")
 
 
 def _plan_count_key(key, *karrs):
@@ -839,13 +854,19 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
     vs = [b.input(a) for a in varrs]
     ukeys = [b.output(ks[0], (runs,), f) for f in key_vt.fields]
     off = b.output(ks[0], (runs + 1,), np.int64)                  # the runs as CSR segments
-    totals = [b.output(ks[0], (runs,), f) for f in out_vt.fields]
+    features = varrs[0].shape[1:] if len(varrs) == 1 and varrs[0].ndim == 2 else ()
+    totals = [b.output(ks[0], (runs,) + features, f) for f in out_vt.fields]
     if runs > 0:
         b.launch(scatter_heads_kernel(key_vt, (nt, vt)), ("rbk_scatter", key_vt, (nt, vt)), tiles, nt,
                  (_pack(key_vt, ks), np.int64(n), counts, np.int64(runs), off, _pack(key_vt, ukeys)))
         init_value, has_init = _start_value(op, acc_vt, None, "reduce_by_key", never_empty=True)
-        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs))
-        _run_segments(b, spec, _pack(in_vt, vs), off, n, runs, _pack(out_vt, totals), init_value, has_init)
+        if features:
+            from . import rows
+            rows.add_segments(b, op, acc_vt, out_vt, vs[0], off, n, runs, features[0], totals[0], init_value,
+                              has_init)
+        else:
+            spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs))
+            _run_segments(b, spec, _pack(in_vt, vs), off, n, runs, _pack(out_vt, totals), init_value, has_init)
     k, t = key_vt.arity, out_vt.arity
     return b.build(lambda got: (_pack(key_vt, got[:k]), _pack(out_vt, got[k + 1:k + 1 + t])))
 
