@@ -257,3 +257,37 @@ for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide 
                    for k in axis_keys}, key=str):
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Feature rows (values (n, F)): reduce_by_key_into's atomic rows (hardware and CAS updates, sub-warp
+# and warp lanes, strided rows), its ordered rows after the radix grouping (deterministic=True),
+# segmented_reduce's CSR rows and their piece levels, reduce_by_key's totals.
+ROWS = importlib.import_module("cufold.device.rows")
+before = len(compiled)
+nr, mr = 1 << 20, 200_000
+
+
+def rows_into(op, keys, vals, out, det=False, check=True):
+    sig = P.signature
+    ROWS._plan_into(("rows", op, None, det, check, sig(keys), sig(vals), sig(out), 0), keys, vals, out)
+    print("  ok   rows into %-8s %s keys, values %s %s -> %s det=%s" % (op.name, keys.dtype, vals.shape, vals.dtype,
+                                                                     out.dtype, det))
+
+
+rows_into(cufold.plus, i32, view(np.float32, (nr, 64), (64, 1)), view(np.float32, (mr, 64), (64, 1)))
+rows_into(cufold.maximum, arr(np.int64, nr), view(np.float32, (nr, 16), (16, 1)), view(np.float32, (mr, 16), (16, 1)),
+          check=False)
+rows_into(cufold.plus, arr(np.uint8, nr), view(np.float16, (nr, 3), (1, nr)), view(np.float64, (mr, 3), (6, 2)))
+rows_into(cufold.maximum, i32, view(np.int32, (nr, 33), (40, 1)), view(np.int64, (mr, 33), (33, 1)))
+rows_into(cufold.plus, i32, view(np.float32, (nr, 256), (256, 1)), view(np.float32, (mr, 256), (256, 1)), det=True)
+rows_into(cufold.minimum, arr(np.int16, nr), view(np.float64, (nr, 5), (5, 1)), view(np.float64, (mr, 5), (5, 1)),
+          det=True, check=False)
+offsets = arr(np.int64, mr + 1)
+for vals in (view(np.float32, (nr, 64), (64, 1)), view(np.float32, (nr, 1), (1, 1)),
+             view(np.int32, (nr, 7), (1, nr))):
+    for op in (cufold.plus, cufold.maximum):
+        ROWS._plan_segments((P.signature(vals), P.signature(offsets), 0, op, None, None, False), vals, offsets)
+        print("  ok   rows segments %-8s %s %s" % (op.name, vals.shape, vals.dtype))
+ROWS._plan_segments((P.signature(f32), P.signature(arr(np.int32, 11)), 0, cufold.plus, 1.5, np.float64, False),
+                    view(np.float16, (nr, 16), (16, 1)), arr(np.int32, 11))
+SEG._plan_runs((i32,), (view(np.float32, (n, 16), (16, 1)),), cufold.plus, None, 5000, 0, None)
+print("%d feature-row kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -1,0 +1,264 @@
+"""Feature rows (values of shape (n, F)) in reduce_by_key_into, segmented_reduce and
+reduce_by_key, against NumPy in float64: ``np.add.at`` / ``np.maximum.at`` on rows,
+``np.add.reduceat`` on rows (where a segment is empty NumPy gives the next row, cufold the
+identity or ``init``), sequential folds for operators NumPy lacks.
+
+In the simulator a warp's span is 8 rows (of one to 32 rows a step), so a few dozen rows
+cross many spans and the piece levels run; F of 1, 3, 32, 33 and 1024 cover sub-warp
+groups, one warp per row and several feature chunks. Outputs are poisoned when allocated.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from conftest import SIMULATOR, to_device, to_host
+
+import cufold
+from cufold.host import arrays as _arrays
+
+INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
+FEATURES = (1, 3, 32, 33)
+N = 90 if SIMULATOR else 20_000
+M = 11 if SIMULATOR else 3000
+
+#: the first non-zero value: associative, not commutative, identity 0
+FIRST_NONZERO = cufold.Op(lambda a, b: a if a != 0 else b, identity=0, name="first_nonzero")
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    """Every array the library allocates starts full of a value no result holds."""
+    real = _arrays.empty
+
+    def empty(like, shape, dtype, stream=None):
+        obj, arr = real(like, shape, dtype, stream)
+        if arr.size and hasattr(obj, "copy_to_device"):
+            dt = np.dtype(dtype)
+            bad = -12345.5 if dt.kind == "f" else (np.iinfo(dt).max - 3 if dt.kind in "iu" else True)
+            obj.copy_to_device(np.full(arr.shape, bad, dt))
+        return obj, arr
+
+    monkeypatch.setattr(_arrays, "empty", empty)
+
+
+def power_keys(rng, n, m, dtype=np.int32, shuffled=False):
+    """Keys in [0, m) with power-law counts (a few long runs, many short), sorted or not."""
+    weights = 1.0 / np.arange(1, m + 1) ** 1.2
+    keys = np.sort(rng.choice(m, size=n, p=weights / weights.sum()))
+    if shuffled:
+        keys = rng.permutation(keys)
+    return keys.astype(dtype)
+
+
+def add_at_rows(out, keys, values, ufunc=np.add):
+    ref = out.astype(np.float64)
+    ufunc.at(ref, keys.astype(np.int64), values.astype(np.float64))
+    return ref
+
+
+# --- reduce_by_key_into -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("F", FEATURES)
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_into_sum_and_max(rng, F, shuffled):
+    keys = power_keys(rng, N, M, shuffled=shuffled)
+    values = rng.standard_normal((N, F)).astype(np.float32)
+    start = rng.standard_normal((M, F)).astype(np.float32)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start))
+    np.testing.assert_allclose(to_host(got), add_at_rows(start, keys, values), rtol=1e-5, atol=1e-4)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), cufold.maximum)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(start, keys, values, np.maximum).astype(np.float32))
+
+
+def test_into_1024_features(rng):
+    n, m, F = 24, 5, 1024
+    keys = power_keys(rng, n, m)
+    values = rng.standard_normal((n, F))
+    start = rng.standard_normal((m, F))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start))
+    np.testing.assert_allclose(to_host(got), add_at_rows(start, keys, values), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("key_dt", INT_DTYPES)
+def test_into_every_key_width(rng, key_dt):
+    m = 7
+    keys = rng.integers(0, m, N).astype(key_dt)
+    values = rng.integers(-50, 50, (N, 3)).astype(np.int32)
+    start = rng.integers(-9, 9, (m, 3)).astype(np.int64)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start))
+    np.testing.assert_array_equal(to_host(got), add_at_rows(start, keys, values).astype(np.int64))
+
+
+def test_into_strided_rows(rng):
+    """Views: every other row and feature of a bigger array, F-ordered values, a strided out."""
+    F = 5
+    keys = power_keys(rng, N, M)
+    big = rng.standard_normal((2 * N, 2 * F)).astype(np.float32)
+    values = cuda.to_device(big)[::2, 1::2]
+    fortran = cuda.to_device(np.asfortranarray(big[::2, :F]))
+    start = rng.standard_normal((M, 3 * F)).astype(np.float32)
+    out = cuda.to_device(start)[:, ::3]
+    cufold.reduce_by_key_into(to_device(keys), values, out)
+    np.testing.assert_allclose(to_host(out), add_at_rows(start[:, ::3], keys, big[::2, 1::2]), rtol=1e-5, atol=1e-4)
+    out2 = to_device(start[:, :F])
+    cufold.reduce_by_key_into(to_device(keys), fortran, out2, cufold.maximum)
+    np.testing.assert_array_equal(to_host(out2), add_at_rows(start[:, :F], keys, big[::2, :F], np.maximum))
+    # reversed rows
+    rev = cuda.to_device(big)[::-2, :F]
+    out3 = to_device(start[:, :F])
+    cufold.reduce_by_key_into(to_device(keys), rev, out3)
+    np.testing.assert_allclose(to_host(out3), add_at_rows(start[:, :F], keys, big[::-2, :F]), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("F", [1, 3, 33])
+def test_into_deterministic(rng, F):
+    keys = power_keys(rng, N, M, shuffled=True, dtype=np.int64)
+    values = rng.standard_normal((N, F)).astype(np.float32)
+    start = rng.standard_normal((M, F)).astype(np.float32)
+    runs = [to_host(cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start),
+                                              deterministic=True)) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0].view(np.int32), runs[1].view(np.int32))
+    np.testing.assert_allclose(runs[0], add_at_rows(start, keys, values), rtol=1e-5, atol=1e-4)
+
+
+def test_into_in_order_and_cas(rng):
+    """A non-commutative operator folds in input order (grouped first); multiplies and a
+    float minimum take compare-and-swap loops."""
+    m, F = 6, 4
+    keys = rng.integers(0, m, N).astype(np.int16)
+    values = rng.integers(-1, 3, (N, F)).astype(np.int64) * rng.integers(0, 2, (N, F))
+    start = np.zeros((m, F), np.int64)
+    start[0, :] = 7                     # already non-zero: stays
+    got = to_host(cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), FIRST_NONZERO))
+    ref = start.copy()
+    for k, row in zip(keys, values):
+        for f in range(F):
+            if ref[k, f] == 0:
+                ref[k, f] = row[f]
+    np.testing.assert_array_equal(got, ref)
+    small = rng.choice([0.5, 1.0, 2.0], (N, F))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(small), to_device(np.ones((m, F))), cufold.multiplies)
+    np.testing.assert_allclose(to_host(got), add_at_rows(np.ones((m, F)), keys, small, np.multiply))
+    x = rng.standard_normal((N, F))
+    x[5, 1] = np.nan
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(x), to_device(np.zeros((m, F))), cufold.minimum)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, x, np.minimum))
+
+
+def test_into_bad_keys(rng):
+    keys = rng.integers(0, M, N).astype(np.int32)
+    keys[17] = -3
+    keys[40] = M
+    values = rng.standard_normal((N, 3))
+    out = to_device(np.zeros((M, 3)))
+    with pytest.raises(IndexError, match="key -3 at position 17"):
+        cufold.reduce_by_key_into(to_device(keys), to_device(values), out)
+    out = to_device(np.zeros((M, 3)))
+    cufold.reduce_by_key_into(to_device(keys), to_device(values), out, check=False)
+    ok = (keys >= 0) & (keys < M)
+    np.testing.assert_allclose(to_host(out), add_at_rows(np.zeros((M, 3)), keys[ok], values[ok]))
+    with pytest.raises(IndexError, match="key %d at position 40" % M):
+        cufold.reduce_by_key_into(to_device(np.where(keys < 0, 0, keys)), to_device(values),
+                                  to_device(np.zeros((M, 3))), deterministic=True)
+
+
+def test_bad_shapes():
+    k, v2, o2 = to_device(np.zeros(4, np.int32)), to_device(np.zeros((4, 3))), to_device(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="cufold: values have 3 features per row .* but out has 2"):
+        cufold.reduce_by_key_into(k, v2, to_device(np.zeros((2, 2))))
+    with pytest.raises(ValueError, match=r"cufold: reduce_by_key_into takes .* values has shape \(4, 3, 1\)"):
+        cufold.reduce_by_key_into(k, to_device(np.zeros((4, 3, 1))), o2)
+    with pytest.raises(ValueError, match=r"cufold: .* out has shape \(2,\)"):
+        cufold.reduce_by_key_into(k, v2, to_device(np.zeros(2)))
+    with pytest.raises(ValueError, match="cufold: reduce_by_key_into takes 1-D keys"):
+        cufold.reduce_by_key_into(to_device(np.zeros((4, 1), np.int32)), v2, o2)
+    with pytest.raises(ValueError, match="cufold: keys and values must be equally long"):
+        cufold.reduce_by_key_into(to_device(np.zeros(5, np.int32)), v2, o2)
+    with pytest.raises(ValueError, match="cufold: segmented reductions take values of shape"):
+        cufold.segmented_reduce(to_device(np.zeros((4, 3, 2))), to_device(np.array([0, 4])))
+    with pytest.raises(ValueError, match="cufold: segmented reductions take values of shape"):
+        cufold.reduce_by_key(k, to_device(np.zeros((4, 3, 2))))
+    with pytest.raises(ValueError, match="cufold: keys and values must be equally long"):
+        cufold.reduce_by_key(k, to_device(np.zeros((5, 3))))
+
+
+# --- segmented_reduce and reduce_by_key ------------------------------------------------------------
+
+def reduceat_rows(values, off, ufunc, empty):
+    """``ufunc.reduceat`` over rows in float64, with ``empty`` where a segment is empty
+    (NumPy would give the next row there) and for a trailing segment NumPy cannot express."""
+    x = values.astype(np.float64)
+    out = np.empty((len(off) - 1, x.shape[1]))
+    for i, (a, b) in enumerate(zip(off[:-1], off[1:])):
+        out[i] = ufunc.reduce(x[a:b], axis=0) if b > a else empty
+    inner = np.flatnonzero((off[1:] > off[:-1]) & (off[:-1] < len(x)))
+    if len(inner):                 # NumPy's own reduceat agrees on non-empty segments
+        red = ufunc.reduceat(x, off[:-1][inner], axis=0)
+        last = off[1:][inner]
+        keep = [j for j, i in enumerate(inner) if j + 1 < len(inner) and off[inner[j + 1]] == last[j]]
+        np.testing.assert_allclose(out[inner[keep]], red[keep], rtol=1e-10)
+    return out
+
+
+def make_offsets(rng, count, n, start=0):
+    """``count`` segments over rows ``[start, n)``: empty ones at the start, middle and end,
+    short and long ones."""
+    cuts = np.sort(rng.integers(start, n + 1, count - 3))
+    return np.concatenate([[start, start], cuts, [n, n]]).astype(np.int64)
+
+
+@pytest.mark.parametrize("F", FEATURES)
+def test_segmented_sum(rng, F):
+    values = rng.standard_normal((N, F)).astype(np.float32)
+    off = make_offsets(rng, 14, N)
+    got = cufold.segmented_reduce(to_device(values), to_device(off))
+    assert got.shape == (len(off) - 1, F)
+    np.testing.assert_allclose(to_host(got), reduceat_rows(values, off, np.add, 0.0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("off_dt", [np.int32, np.uint16, np.int64])
+def test_segmented_max_init_and_offsets(rng, off_dt):
+    """Offsets of other widths, not starting at 0 (rows outside the segments are ignored),
+    an init folded in front of every segment, integer rows."""
+    values = rng.integers(-100, 100, (N, 3)).astype(np.int32)
+    off = make_offsets(rng, 9, N - 7, start=5).astype(off_dt)
+    got = cufold.segmented_reduce(to_device(values), to_device(off), cufold.maximum, init=-50)
+    ref = reduceat_rows(values, off.astype(np.int64), np.maximum, -50)
+    np.testing.assert_array_equal(to_host(got), np.maximum(ref, -50))
+    assert to_host(got).dtype == np.int32
+
+
+def test_segmented_long_segment_and_empty_values(rng):
+    """One segment over every row (the piece levels fold it); no rows at all."""
+    values = rng.standard_normal((3 * N, 33))
+    off = np.array([0, 1, 3 * N])
+    got = cufold.segmented_reduce(to_device(values), to_device(off))
+    np.testing.assert_allclose(to_host(got), reduceat_rows(values, off, np.add, 0.0), rtol=1e-12)
+    got = cufold.segmented_reduce(to_device(np.zeros((0, 4), np.float32)), to_device(np.zeros(6, np.int64)),
+                                  cufold.minimum)
+    np.testing.assert_array_equal(to_host(got), np.full((5, 4), np.inf, np.float32))
+
+
+def test_segmented_strided_and_dtype(rng):
+    big = rng.integers(0, 100, (2 * N, 6)).astype(np.int16)
+    values = cuda.to_device(big)[::2, ::2]
+    off = make_offsets(rng, 12, N)
+    got = cufold.segmented_reduce(values, to_device(off))
+    assert to_host(got).dtype == np.int64       # sums of small integers widen as cufold.sum
+    np.testing.assert_array_equal(to_host(got), reduceat_rows(big[::2, ::2], off, np.add, 0))
+
+
+@pytest.mark.parametrize("F", [1, 3, 33])
+def test_reduce_by_key_rows(rng, F):
+    keys = power_keys(rng, N, 6)
+    keys[::7] = 2                      # runs that come back
+    values = rng.standard_normal((N, F))
+    uk, totals = cufold.reduce_by_key(to_device(keys), to_device(values))
+    heads = np.concatenate([[True], keys[1:] != keys[:-1]])
+    starts = np.flatnonzero(heads)
+    np.testing.assert_array_equal(to_host(uk), keys[starts])
+    assert totals.shape == (len(starts), F)
+    np.testing.assert_allclose(to_host(totals), np.add.reduceat(values, starts, axis=0), rtol=1e-12)
+    uk, mx = cufold.reduce_by_key(to_device(keys), to_device(values), cufold.maximum)
+    np.testing.assert_array_equal(to_host(mx), np.maximum.reduceat(values, starts, axis=0))
