@@ -8,6 +8,8 @@ cross many spans and the piece levels run; F of 1, 3, 32, 33 and 1024 cover sub-
 groups, one warp per row and several feature chunks. Outputs are poisoned when allocated.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -190,7 +192,7 @@ def reduceat_rows(values, off, ufunc, empty):
     (NumPy would give the next row there) and for a trailing segment NumPy cannot express."""
     x = values.astype(np.float64)
     out = np.empty((len(off) - 1, x.shape[1]))
-    for i, (a, b) in enumerate(zip(off[:-1], off[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(off)):
         out[i] = ufunc.reduce(x[a:b], axis=0) if b > a else empty
     inner = np.flatnonzero((off[1:] > off[:-1]) & (off[:-1] < len(x)))
     if len(inner):                 # NumPy's own reduceat agrees on non-empty segments

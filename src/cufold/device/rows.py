@@ -62,7 +62,7 @@ from ..ops import as_op
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
 
-__all__ = ["reduce_by_key_into", "segmented_reduce", "rows_kernel", "SPAN_ROWS"]
+__all__ = ["SPAN_ROWS", "reduce_by_key_into", "rows_kernel", "segmented_reduce"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -128,8 +128,8 @@ def rows_kernel(spec):
     S, U = spec.steps, spec.unroll
     ROWS = S * G
     acc_vt = ValueType.of(spec.acc_dt)
-    A = spec.acc_dt.type
-    O = spec.out_dt.type
+    ACC = spec.acc_dt.type
+    OUT = spec.out_dt.type
     combine = op.combine(acc_vt)
     up = acc_vt.shuffle("up")
     bcast = acc_vt.shuffle("idx")
@@ -179,11 +179,11 @@ def rows_kernel(spec):
     def final(out, bits, ix, v, init, has_init):
         """Write a total that is complete (one writer)."""
         if atomic:
-            update(out, bits, ix, O(v))
+            update(out, bits, ix, OUT(v))
         elif fresh:
-            out[ix] = O(combine(init, v) if has_init else v)
+            out[ix] = OUT(combine(init, v) if has_init else v)
         else:
-            out[ix] = O(combine(A(out[ix]), v))
+            out[ix] = OUT(combine(ACC(out[ix]), v))
 
     @cuda.jit(device=True)
     def flush(idv, v, piece, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init):
@@ -224,7 +224,7 @@ def rows_kernel(spec):
         carry_start = np.int64(-1)
         ids = cuda.local.array(U, np.int64)
         rowix = cuda.local.array(U, np.int64)
-        vs = cuda.local.array(U, A)
+        vs = cuda.local.array(U, ACC)
         for t0 in range(0, S, U):
             rb0 = r0 + np.int64(t0) * G
             if rb0 >= r1:
@@ -240,7 +240,7 @@ def rows_kernel(spec):
                         if r < r1:
                             while s < m and s_end <= r:
                                 if fresh and s_start == s_end and g == 0 and fok:
-                                    out[s * ors + f * ofs + ooff] = O(init)     # an empty segment
+                                    out[s * ors + f * ofs + ooff] = OUT(init)     # an empty segment
                                 s += 1
                                 s_start = s_end
                                 if s < m:
@@ -261,7 +261,7 @@ def rows_kernel(spec):
             for u in range(U):
                 v = zero
                 if fok and rb0 + u * G + g < r1:
-                    v = A(values[rowix[u] * vrs + f * vfs + voff])
+                    v = ACC(values[rowix[u] * vrs + f * vfs + voff])
                 vs[u] = v
             # runs
             for u in range(U):
@@ -309,7 +309,7 @@ def rows_kernel(spec):
             # the last span: the empty segments at the end
             while s < m:
                 if fresh and s_start == s_end and g == 0 and fok:
-                    out[s * ors + f * ofs + ooff] = O(init)
+                    out[s * ors + f * ofs + ooff] = OUT(init)
                 s += 1
                 s_start = s_end
                 if s < m:
