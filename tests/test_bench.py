@@ -288,6 +288,10 @@ def test_default_runs_list_their_cases_within_four_minutes(suite, no_peers):
         assert "orders: ordered, shifted, random" in text and "cufold[adaptive]" in text
         assert full_text == text
         return
+    if suite == "pyg":  # issue 19's PyG shapes: the default is the full run too
+        assert "features: 1, 16, 64, 256; orders: sorted, shuffled" in text
+        assert "cufold segmented sum" in text and full_text == text
+        return
     if suite == "bykey-tuple":  # issue 25's shapes: the default is the full run too
         assert "orders: sorted, shuffled; tasks: argmax, sums, welford" in text
         assert "cufold argmax by key" in text and full_text == text
@@ -933,3 +937,21 @@ def test_axes_cases_floor_and_targets():
     out = io.StringIO()
     assert bench.main(["axes", "--dry-run", "--layouts", "z", "--reductions", "sum"], stdout=out) == 0
     assert out.getvalue().count("axis=") == 6
+
+
+def test_pyg_suite_through_numba():
+    """The pyg suite's cufold candidates, made, checked against NumPy and timed once on
+    tiny shapes (F = 1 and 33, both orders)."""
+    import cufold
+    from cufold.bench import pyg
+    env = B.Env()
+    env.modules["cufold"] = cufold
+    settings = T.Settings(target_s=1e-9, min_reps=1, max_reps=1, max_case_s=1e9, warmup=0, est_reps=1)
+    cands = [c for c in pyg.candidates() if c.lib == "cufold"]
+    results = pyg.run(env, NumbaBackend(), ("sorted", "shuffled"), (1, 33), 300, 40, settings, progress=False,
+                      cands=cands)
+    recs = results["records"]
+    assert len(recs) == 2 * (3 * 2 + 2)
+    for rec in recs:
+        assert rec["status"] == "ok", rec
+    assert "F = 33, shuffled destinations" in pyg.format_results(results)

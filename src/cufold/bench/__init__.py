@@ -10,6 +10,7 @@ Suites (``python -m cufold bench list``):
 ``segmented``  segmented sum vs torch.segment_reduce, cupyx CSR, ``cuda.compute.segmented_reduce``
 ``bykey``      seed 001's box, reduce_by_key_into vs torch/cupyx (:mod:`.bykey`, its own driver)
 ``bykey-tuple`` tuple values by key: argmax, count + 3 sums, Welford vs PyG/torch (:mod:`.bykey_tuple`)
+``pyg``        feature rows (E x F) by key and over segments vs PyG scatter / torch (:mod:`.pyg`, its own driver)
 ``axes``       axis reductions over layouts (A, A.T, strided, permuted) vs torch/CuPy (:mod:`.axes`, its own driver)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
 
@@ -241,6 +242,9 @@ def main(argv=None, stdout=None, stderr=None):
     if argv and argv[0] == "bykey-tuple":  # issue 25's fixed shapes: its own driver too
         from .bykey_tuple import main as tuple_main
         return tuple_main(argv[1:], stdout=out, stderr=err)
+    if argv and argv[0] == "pyg":  # issue 19's PyG shapes: its own driver
+        from .pyg import main as pyg_main
+        return pyg_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "list":
         for name, s in S.SUITES.items():
             sizes = "" if s.build is None else "; sizes 2^(%s), --full 2^(%s)" % (s.default_sizes, s.full_sizes)

@@ -576,6 +576,8 @@ SUITES = {
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
     "bykey-tuple": Suite("bykey-tuple", (), None, [], "tuple values by key: argmax, count + sums, Welford vs "
                          "PyG/torch (cufold.bench.bykey_tuple)"),
+    "pyg": Suite("pyg", (), None, [], "feature rows by key and over segments (E = 4M x F = 1..256 into N = 200k) "
+                 "vs PyG scatter and torch (cufold.bench.pyg)"),
     "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC,
                   default_sizes="20,26", full_sizes="10:28"),
     "segmented": Suite("segmented", ("float32",), _hist.segmented_cases, _hist.SEGMENTED_TARGETS,
