@@ -210,7 +210,7 @@ def make_offsets(rng, count, n, start=0):
     return np.concatenate([[start, start], cuts, [n, n]]).astype(np.int64)
 
 
-@pytest.mark.parametrize("F", FEATURES)
+@pytest.mark.parametrize("F", FEATURES + (130,))
 def test_segmented_sum(rng, F):
     values = rng.standard_normal((N, F)).astype(np.float32)
     off = make_offsets(rng, 14, N)

@@ -73,12 +73,13 @@ UNROLL = 4
 #: Warps per block.
 WARPS = 4
 
-Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes steps unroll mode write "
+Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
                               "gather check")
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
-``lanes`` P; ``steps`` per span; ``check``: record keys out of range."""
+``lanes`` P; ``vec`` features per lane (``P = 32`` only); ``steps`` per span; ``check``:
+record keys out of range."""
 
 
 def lanes_for(F):
@@ -90,20 +91,28 @@ def lanes_for(F):
 
 
 def shape_for(F):
-    """``(lanes, steps, unroll)`` of rows of ``F`` features."""
+    """``(lanes, features per lane, steps, unroll)`` of rows of ``F`` features: a warp
+    covers up to 128 features of a row (4 a lane, ``P`` loads of a row in flight
+    together), so that the per-row work (the id, the run heads, the carry) is shared."""
     p = lanes_for(F)
+    vec = 1 if F <= 32 else min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
     g = 32 // p
     if SIMULATOR:
         unroll = 2
         steps = max(unroll, 8 // g)
     else:
-        unroll = UNROLL
+        unroll = UNROLL if vec < 4 else 2
         steps = max(unroll, SPAN_ROWS // g)
-    return p, -(-steps // unroll) * unroll, unroll
+    return p, vec, -(-steps // unroll) * unroll, unroll
 
 
 def span_rows(spec):
     return spec.steps * (32 // spec.lanes)
+
+
+def chunk_features(spec):
+    """Features a warp covers (``grid.y`` chunks of them)."""
+    return spec.lanes * spec.vec
 
 
 # --- the kernel ------------------------------------------------------------------------------
@@ -119,14 +128,17 @@ def rows_kernel(spec):
     views, element ``(r, f)`` at ``r * rs + f * fs + off``; ``pk``, ``pv``: this level's
     pieces (``ordered``; ``2 * spans`` ids and rows of ``F`` accumulators); ``last``: one
     span, write everything; ``init``: the value of an empty segment and, with ``has_init``,
-    folded in front of every total (``fresh``).
+    folded in front of every total (``fresh``). Lane ``l`` of a warp holds features
+    ``chunk * P * V + l % P + j * P`` (``j < V``) of row ``l // P`` of each step.
     """
     from . import bykey            # the atomic updates and the bad-key record
     op = spec.op
-    P = spec.lanes
+    P, V = spec.lanes, spec.vec
     G = 32 // P
     S, U = spec.steps, spec.unroll
     ROWS = S * G
+    CHUNK = P * V
+    UV = U * V
     acc_vt = ValueType.of(spec.acc_dt)
     ACC = spec.acc_dt.type
     OUT = spec.out_dt.type
@@ -143,6 +155,18 @@ def rows_kernel(spec):
     update = bykey._updater(op, spec.out_dt, bykey._atomic_mode(op, spec.out_dt), True) if atomic else None
     record = bykey._record
     full = np.uint32(FULL_MASK)
+    # the first lane of every group: where run heads are read from the ballot
+    group_heads = np.uint32(sum(1 << (k * P) for k in range(G)))
+
+    if spec.in_dt.kind in "iuf" and spec.in_dt.itemsize >= 4:
+        @cuda.jit(device=True)
+        def load_value(values, i):
+            """A streamed value (evict first: ``out``, which the updates read, stays in L2)."""
+            return cuda.ldcs(values, np.uint64(i) & np.uint64(0x7FFFFFFFFFFFFFFF))
+    else:
+        @cuda.jit(device=True)
+        def load_value(values, i):
+            return values[i]
 
     @cuda.jit(device=True)
     def seg_end(src, s, n):
@@ -176,26 +200,25 @@ def rows_kernel(spec):
         return lo
 
     @cuda.jit(device=True)
-    def final(out, bits, ix, v, init, has_init):
-        """Write a total that is complete (one writer)."""
-        if atomic:
-            update(out, bits, ix, OUT(v))
-        elif fresh:
-            out[ix] = OUT(combine(init, v) if has_init else v)
-        else:
-            out[ix] = OUT(combine(ACC(out[ix]), v))
+    def flush(idv, v, piece, f, F, m, out, bits, ors, ofs, ooff, pv, init, has_init):
+        """Feature ``f`` of this span's part of a run of id ``idv``: final, or (``piece``
+        >= 0) piece ``piece`` of the next level."""
+        if f < F:
+            if piece >= 0:
+                pv[piece * F + f] = v
+            elif idv >= 0 and idv < m:
+                ix = idv * ors + f * ofs + ooff
+                if atomic:
+                    update(out, bits, ix, OUT(v))
+                elif fresh:
+                    out[ix] = OUT(combine(init, v) if has_init else v)
+                else:
+                    out[ix] = OUT(combine(ACC(out[ix]), v))
 
     @cuda.jit(device=True)
-    def flush(idv, v, piece, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init):
-        """This span's part of a run of id ``idv`` is complete: final, or (``piece`` >= 0)
-        piece ``piece`` of the next level."""
-        if piece >= 0:
-            if fok:
-                pv[piece * F + f] = v
-            if cuda.blockIdx.y == 0 and cuda.laneid % P == 0:
-                pk[piece] = idv
-        elif fok and idv >= 0 and idv < m:
-            final(out, bits, idv * ors + f * ofs + ooff, v, init, has_init)
+    def piece_id(pk, piece, idv, fl):
+        if piece >= 0 and cuda.blockIdx.y == 0 and fl == 0:
+            pk[piece] = idv
 
     def rows(src, perm, values, vrs, vfs, voff, n, m, F, out, bits, ors, ofs, ooff, pk, pv, spans, last,
              status, epoch, init, has_init):
@@ -205,9 +228,9 @@ def rows_kernel(spec):
             return
         g = lane // P
         fl = lane % P
-        f = np.int64(cuda.blockIdx.y) * P + fl
-        fok = f < F
+        f0 = np.int64(cuda.blockIdx.y) * CHUNK + fl
         my_bit = np.uint32(lane - fl)               # the first lane of this lane's group
+        first_group = np.int64(1 if g == 0 else 0)
         r0 = w * ROWS
         r1 = min(r0 + ROWS, n)
         ordered_last = (not atomic) and last
@@ -220,11 +243,14 @@ def rows_kernel(spec):
                 s_start = seg_start(src, s, n)
                 s_end = seg_end(src, s, n)
         carry_id = np.int64(-2)                     # no run open
-        carry_v = zero
         carry_start = np.int64(-1)
+        carry_v = cuda.local.array(V, ACC)
+        cur = cuda.local.array(V, ACC)
+        for j in range(V):
+            carry_v[j] = zero
         ids = cuda.local.array(U, np.int64)
         rowix = cuda.local.array(U, np.int64)
-        vs = cuda.local.array(U, ACC)
+        vs = cuda.local.array(UV, ACC)
         for t0 in range(0, S, U):
             rb0 = r0 + np.int64(t0) * G
             if rb0 >= r1:
@@ -239,8 +265,10 @@ def rows_kernel(spec):
                         r = rb + gg
                         if r < r1:
                             while s < m and s_end <= r:
-                                if fresh and s_start == s_end and g == 0 and fok:
-                                    out[s * ors + f * ofs + ooff] = OUT(init)     # an empty segment
+                                if fresh and s_start == s_end and g == 0:
+                                    for j in range(V):                  # an empty segment
+                                        if f0 + j * P < F:
+                                            out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
                                 s += 1
                                 s_start = s_end
                                 if s < m:
@@ -259,76 +287,105 @@ def rows_kernel(spec):
                 rowix[u] = q
             # values of U steps
             for u in range(U):
-                v = zero
-                if fok and rb0 + u * G + g < r1:
-                    v = ACC(values[rowix[u] * vrs + f * vfs + voff])
-                vs[u] = v
+                live = rb0 + u * G + g < r1
+                for j in range(V):
+                    v = zero
+                    f = f0 + j * P
+                    if live and f < F:
+                        v = ACC(load_value(values, rowix[u] * vrs + f * vfs + voff))
+                    vs[u * V + j] = v
             # runs
             for u in range(U):
                 rb = rb0 + u * G
                 if rb < r1:
                     idv = ids[u]
-                    v = vs[u]
-                    prev = cuda.shfl_up_sync(FULL_MASK, idv, P)
-                    if g == 0:
+                    for j in range(V):
+                        cur[j] = vs[u * V + j]
+                    if G == 1:
                         prev = carry_id
-                    hm = np.uint32(cuda.ballot_sync(FULL_MASK, idv != prev and fl == 0))
+                    else:
+                        up_id = cuda.shfl_up_sync(FULL_MASK, idv, P)
+                        prev = up_id + (carry_id - up_id) * first_group     # carry_id for group 0
+                    hm = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, idv != prev)) & group_heads)
                     if (hm & np.uint32(1)) != 0 and carry_id != -2 and g == 0:
                         # the run carried from the last step ended there
                         piece = np.int64(-1)
                         if not atomic and not ordered_last and carry_start == r0:
                             piece = 2 * w
-                        flush(carry_id, carry_v, piece, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init,
-                              has_init)
+                        piece_id(pk, piece, carry_id, fl)
+                        for j in range(V):
+                            flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                                  init, has_init)
                     upto = np.uint32(hm & (full >> (np.uint32(31) - my_bit)))
                     from_carry = upto == 0
                     start_lane = np.int64(31 - cuda.clz(np.uint32(upto | np.uint32(1))))
-                    dist = (np.int64(my_bit) - start_lane) // P
-                    d = 1
-                    while d < G:
-                        o = up(FULL_MASK, v, d * P)
-                        if dist >= d:
-                            v = combine(o, v)
-                        d *= 2
+                    if G > 1:
+                        dist = (np.int64(my_bit) - start_lane) // P
+                        d = 1
+                        while d < G:
+                            o = up(FULL_MASK, cur[0], d * P)
+                            if dist >= d:
+                                cur[0] = combine(o, cur[0])
+                            d *= 2
                     if from_carry and carry_id != -2:
-                        v = combine(carry_v, v)
+                        for j in range(V):
+                            cur[j] = combine(carry_v[j], cur[j])
                     start = carry_start if from_carry else rb + start_lane // P
-                    ends = False
-                    if g < G - 1:
-                        ends = np.uint32(hm >> (my_bit + np.uint32(P))) & np.uint32(1) != 0
-                    if ends:
-                        piece = np.int64(-1)
-                        if not atomic and not ordered_last and start == r0:
-                            piece = 2 * w
-                        flush(idv, v, piece, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init)
-                    src_lane = (G - 1) * P + fl
-                    carry_v = bcast(FULL_MASK, v, src_lane)
-                    carry_id = cuda.shfl_sync(FULL_MASK, idv, src_lane)
-                    carry_start = cuda.shfl_sync(FULL_MASK, start, src_lane)
+                    if G > 1:
+                        if g < G - 1 and np.uint32(hm >> (my_bit + np.uint32(P))) & np.uint32(1) != 0:
+                            # the run ends at this group
+                            piece = np.int64(-1)
+                            if not atomic and not ordered_last and start == r0:
+                                piece = 2 * w
+                            piece_id(pk, piece, idv, fl)
+                            flush(idv, cur[0], piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
+                        src_lane = (G - 1) * P + fl
+                        carry_v[0] = bcast(FULL_MASK, cur[0], src_lane)
+                        carry_id = cuda.shfl_sync(FULL_MASK, idv, src_lane)
+                        carry_start = cuda.shfl_sync(FULL_MASK, start, src_lane)
+                    else:
+                        for j in range(V):
+                            carry_v[j] = cur[j]
+                        carry_id = idv
+                        carry_start = start
         if csr and r1 >= n:
             # the last span: the empty segments at the end
             while s < m:
-                if fresh and s_start == s_end and g == 0 and fok:
-                    out[s * ors + f * ofs + ooff] = OUT(init)
+                if fresh and s_start == s_end and g == 0:
+                    for j in range(V):
+                        if f0 + j * P < F:
+                            out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
                 s += 1
                 s_start = s_end
                 if s < m:
                     s_end = seg_end(src, s, n)
         # the run open at the span's end
-        if atomic or ordered_last:
-            if g == 0 and carry_id != -2:
-                flush(carry_id, carry_v, np.int64(-1), f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init,
-                      has_init)
-        elif g == 0:
-            if carry_id == -2:                      # an empty span (no rows)
-                flush(np.int64(-1), zero, 2 * w, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init)
-                flush(np.int64(-1), zero, 2 * w + 1, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init)
-            elif carry_start == r0:                 # the span is one run
-                flush(carry_id, carry_v, 2 * w, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init)
-                flush(carry_id, zero, 2 * w + 1, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init, has_init)
+        if g == 0:
+            if atomic or ordered_last:
+                if carry_id != -2:
+                    for j in range(V):
+                        flush(carry_id, carry_v[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                              init, has_init)
             else:
-                flush(carry_id, carry_v, 2 * w + 1, f, fok, F, m, out, bits, ors, ofs, ooff, pk, pv, init,
-                      has_init)
+                first_piece = 2 * w
+                if carry_id == -2:                  # an empty span (no rows): two pieces of nothing
+                    carry_id = np.int64(-1)
+                    carry_start = r0
+                    for j in range(V):
+                        carry_v[j] = zero
+                if carry_start == r0:               # the span is one run: its second piece is nothing
+                    piece_id(pk, first_piece, carry_id, fl)
+                    piece_id(pk, first_piece + 1, carry_id, fl)
+                    for j in range(V):
+                        flush(carry_id, carry_v[j], first_piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                              init, has_init)
+                        flush(carry_id, zero, first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                              init, has_init)
+                else:
+                    piece_id(pk, first_piece + 1, carry_id, fl)
+                    for j in range(V):
+                        flush(carry_id, carry_v[j], first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
+                              pv, init, has_init)
 
     return rows
 
@@ -369,8 +426,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
     swaps), level 0 and, ``ordered``, the piece levels (pieces from the workspace, from byte
     ``offset`` on)."""
     rows = span_rows(spec)
-    P = spec.lanes
-    chunks = max(1, -(-F // P))
+    chunks = max(1, -(-F // chunk_features(spec)))
     warps = 1 if SIMULATOR else WARPS
     spans = max(1, -(-n // rows))
     acc = spec.acc_dt
@@ -479,7 +535,7 @@ def _plan_into(key, k, v, o, *epoch):
     status = st.kernel if check else bykey._quiet_status(device_id, handle)
     epoch = b.value(np.int64(0)) if check else np.int64(0)
     if n > 0 and F > 0 and m > 0:
-        P, S, U = shape_for(F)
+        P, V, S, U = shape_for(F)
         oflat = flat(os_)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
         zero = out_vt.make(op.identity_for(out_vt) if op.identity_for(out_vt) is not None else 0)
@@ -490,10 +546,10 @@ def _plan_into(key, k, v, o, *epoch):
             b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n)))
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
                                         epoch=epoch, on_bad=bykey._record_out_of_range)
-            spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, S, U, "ordered", "into", True, False)
+            spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False)
             add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end)
         else:
-            spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, S, U, "atomic", "into", False,
+            spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
                         bool(check))
             add_rows(b, spec, ks, ks, flat(vs), n, m, F, oflat, bits, zero, False, status, epoch)
     if check:
@@ -518,9 +574,9 @@ def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_i
                          "%s has none" % op.name)
     if m == 0 or F == 0:
         return
-    P, S, U = shape_for(F)
+    P, V, S, U = shape_for(F)
     oflat = flat(out)
-    spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, S, U, "ordered", "fresh",
+    spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, V, S, U, "ordered", "fresh",
                 False, False)
     add_rows(b, spec, off, off, flat(vs), n, m, F, oflat, oflat[0], init_value, has_init,
              bykey._quiet_status(b.device_id, b.stream), np.int64(0))
