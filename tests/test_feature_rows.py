@@ -160,6 +160,8 @@ def test_into_bad_keys(rng):
     cufold.reduce_by_key_into(to_device(keys), to_device(values), out, check=False)
     ok = (keys >= 0) & (keys < M)
     np.testing.assert_allclose(to_host(out), add_at_rows(np.zeros((M, 3)), keys[ok], values[ok]))
+    with pytest.raises(IndexError, match="key %d at position 0 is out of range for out of length 0" % keys[0]):
+        cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((0, 3))))
     with pytest.raises(IndexError, match="key %d at position 40" % M):
         cufold.reduce_by_key_into(to_device(np.where(keys < 0, 0, keys)), to_device(values),
                                   to_device(np.zeros((M, 3))), deterministic=True)

@@ -9,7 +9,8 @@ destinations, two orders: ``sorted`` (destinations sorted, as a CSR graph's) and
 
 =================================  ===========================================================
 ``cufold sum`` / ``cufold max``    ``reduce_by_key_into(dst, x, out[, cufold.maximum], check=False)``
-                                   into an (N, F) ``out`` (accumulating; checked on the first call)
+                                   into an (N, F) ``out`` (sums accumulate; the maximum's ``out`` is
+                                   filled with -inf in the call, as torch's below)
 ``... [deterministic]`` (info)     the sum with ``deterministic=True`` (radix grouping, ordered)
 ``PyG scatter sum/max``            ``torch_geometric.utils.scatter(x, dst, 0, dim_size=N,
                                    reduce=...)`` (new arrays per call), where it imports
@@ -141,6 +142,16 @@ def _filled(ctx, lib, fill, copies):
     return [ctx.new(np.full((ctx.n, ctx.F), fill, np.float32), lib) for _ in range(copies)]
 
 
+def _refill(a, value):
+    """Fill device array ``a`` with ``value`` (torch, CuPy, or Numba by a copy)."""
+    if hasattr(a, "fill_"):
+        a.fill_(value)
+    elif hasattr(a, "fill"):
+        a.fill(value)
+    else:
+        a.copy_to_device(np.full(a.shape, value, a.dtype))
+
+
 def _cufold_into(op_name, deterministic=False):
     def make(ctx):
         cufold = ctx.mod("cufold")
@@ -149,6 +160,13 @@ def _cufold_into(op_name, deterministic=False):
         outs = _filled(ctx, "cufold", -np.inf if op_name == "maximum" else 0.0, len(sets))
         args = [(k, x, o) for (k, x), o in zip(sets, outs)]
         into = cufold.reduce_by_key_into
+
+        if op_name == "maximum":
+            # into a fresh -inf each call: a maximum already there would skip most updates
+            def call(a):
+                _refill(a[2], -np.inf)
+                into(a[0], a[1], a[2], op, deterministic=deterministic, check=False)
+            return Prepared(call, lambda: outs[0], "out (N, F) float32 filled with -inf in the call"), args
 
         def call(a):
             into(a[0], a[1], a[2], op, deterministic=deterministic, check=False)
@@ -191,8 +209,9 @@ def _torch_amax(ctx):
     args = [(k.view(-1, 1).expand(-1, F), x, o) for (k, x), o in zip(sets, outs)]
 
     def call(a):
+        a[2].fill_(-np.inf)
         a[2].scatter_reduce_(0, a[0], a[1], reduce="amax")
-    return Prepared(call, lambda: outs[0], "into (N, F), index expanded (no copy)"), args
+    return Prepared(call, lambda: outs[0], "into (N, F) filled with -inf in the call, index expanded"), args
 
 
 def _segmented(op_name):

@@ -534,7 +534,7 @@ def _plan_into(key, k, v, o, *epoch):
     st = bykey._status(device_id, handle, False)[0] if check else None
     status = st.kernel if check else bykey._quiet_status(device_id, handle)
     epoch = b.value(np.int64(0)) if check else np.int64(0)
-    if n > 0 and F > 0 and m > 0:
+    if n > 0 and F > 0:         # m == 0 too: every key is out of range (reported)
         P, V, S, U = shape_for(F)
         oflat = flat(os_)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
