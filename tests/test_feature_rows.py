@@ -148,23 +148,24 @@ def test_into_in_order_and_cas(rng):
     np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, x, np.minimum))
 
 
-def test_into_bad_keys(rng):
+@pytest.mark.parametrize("F", [3, 40])
+def test_into_bad_keys(rng, F):
     keys = rng.integers(0, M, N).astype(np.int32)
     keys[17] = -3
     keys[40] = M
-    values = rng.standard_normal((N, 3))
-    out = to_device(np.zeros((M, 3)))
+    values = rng.standard_normal((N, F))
+    out = to_device(np.zeros((M, F)))
     with pytest.raises(IndexError, match="key -3 at position 17"):
         cufold.reduce_by_key_into(to_device(keys), to_device(values), out)
-    out = to_device(np.zeros((M, 3)))
+    out = to_device(np.zeros((M, F)))
     cufold.reduce_by_key_into(to_device(keys), to_device(values), out, check=False)
     ok = (keys >= 0) & (keys < M)
-    np.testing.assert_allclose(to_host(out), add_at_rows(np.zeros((M, 3)), keys[ok], values[ok]))
+    np.testing.assert_allclose(to_host(out), add_at_rows(np.zeros((M, F)), keys[ok], values[ok]))
     with pytest.raises(IndexError, match="key %d at position 0 is out of range for out of length 0" % keys[0]):
-        cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((0, 3))))
+        cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((0, F))))
     with pytest.raises(IndexError, match="key %d at position 40" % M):
         cufold.reduce_by_key_into(to_device(np.where(keys < 0, 0, keys)), to_device(values),
-                                  to_device(np.zeros((M, 3))), deterministic=True)
+                                  to_device(np.zeros((M, F))), deterministic=True)
 
 
 def test_bad_shapes():
@@ -266,3 +267,43 @@ def test_reduce_by_key_rows(rng, F):
     np.testing.assert_allclose(to_host(totals), np.add.reduceat(values, starts, axis=0), rtol=1e-12)
     uk, mx = cufold.reduce_by_key(to_device(keys), to_device(values), cufold.maximum)
     np.testing.assert_array_equal(to_host(mx), np.maximum.reduceat(values, starts, axis=0))
+
+
+def test_host_waits(rng, host_waits):
+    """Feature rows wait for the device as the 1-D functions do: only a checked
+    reduce_by_key_into (one synchronisation) and reduce_by_key (the number of runs)."""
+    keys = to_device(power_keys(rng, N, M))
+    values = to_device(rng.standard_normal((N, 5)).astype(np.float32))
+    out = to_device(np.zeros((M, 5), np.float32))
+    off = to_device(make_offsets(rng, 10, N))
+    calls = [(0, lambda: cufold.reduce_by_key_into(keys, values, out, check=False)),
+             (0, lambda: cufold.reduce_by_key_into(keys, values, out, check=False, deterministic=True)),
+             (1, lambda: cufold.reduce_by_key_into(keys, values, out)),
+             (0, lambda: cufold.segmented_reduce(values, off)),
+             (1, lambda: cufold.reduce_by_key(keys, values))]
+    for expected, call in calls:
+        call()                  # plans
+        host_waits[0] = 0
+        call()
+        assert host_waits[0] == expected
+
+
+def test_into_runs_only(rng, monkeypatch):
+    """CUFOLD_ROWS_PEERS=0: the atomic rows without the window's peer merging."""
+    import importlib
+    rows = importlib.import_module("cufold.device.rows")
+
+    def forget():
+        rows.rows_kernel.cache_clear()
+        rows._into_programs.clear()
+    monkeypatch.setattr(rows, "PEERS", False)
+    forget()
+    try:
+        keys = power_keys(rng, N, M, shuffled=True)
+        values = rng.standard_normal((N, 40))
+        got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((M, 40))))
+        np.testing.assert_allclose(to_host(got), add_at_rows(np.zeros((M, 40)), keys, values), rtol=1e-12,
+                                   atol=1e-12)
+    finally:
+        monkeypatch.undo()
+        forget()

@@ -54,10 +54,12 @@ per-stream workspace and is bounded by the number of spans.
 
 import collections
 import functools
+import os
 
 import numpy as np
 from numba import config, cuda
 
+from .. import warp
 from ..ops import as_op
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
@@ -72,6 +74,9 @@ SPAN_ROWS = 128
 UNROLL = 4
 #: Warps per block.
 WARPS = 4
+#: ``atomic`` rows of 32+ features: merge the repeats of a key within 32 rows (``match_any``)
+#: before their updates (``CUFOLD_ROWS_PEERS=0``: runs only).
+PEERS = os.environ.get("CUFOLD_ROWS_PEERS", "1") != "0"
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
                               "gather check")
@@ -157,6 +162,12 @@ def rows_kernel(spec):
     full = np.uint32(FULL_MASK)
     # the first lane of every group: where run heads are read from the ballot
     group_heads = np.uint32(sum(1 << (k * P) for k in range(G)))
+    # atomic rows of one row a step: windows of 32 rows whose equal keys that are not
+    # adjacent (a power law's hot keys in any order) are merged before their update
+    peers = atomic and G == 1 and PEERS
+    WIN = min(32, S) if peers else S
+    assert S % WIN == 0 and WIN % U == 0
+    find_peers = warp.peers(np.int64) if peers else None
 
     if spec.in_dt.kind in "iuf" and spec.in_dt.itemsize >= 4:
         @cuda.jit(device=True)
@@ -251,103 +262,152 @@ def rows_kernel(spec):
         ids = cuda.local.array(U, np.int64)
         rowix = cuda.local.array(U, np.int64)
         vs = cuda.local.array(UV, ACC)
-        for t0 in range(0, S, U):
-            rb0 = r0 + np.int64(t0) * G
-            if rb0 >= r1:
+        for w0 in range(0, S, WIN):
+            wb = r0 + np.int64(w0) * G
+            if wb >= r1:
                 break
-            # ids of U steps
-            for u in range(U):
-                rb = rb0 + u * G
-                idv = np.int64(-1)
-                q = rb + g
-                if csr:
-                    for gg in range(G):
-                        r = rb + gg
-                        if r < r1:
-                            while s < m and s_end <= r:
-                                if fresh and s_start == s_end and g == 0:
-                                    for j in range(V):                  # an empty segment
-                                        if f0 + j * P < F:
-                                            out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
-                                s += 1
-                                s_start = s_end
-                                if s < m:
-                                    s_end = seg_end(src, s, n)
-                            if gg == g and s < m and s_start <= r:
-                                idv = s
-                elif q < r1:
-                    k = np.int64(src[q])
+            kid = np.int64(-1)
+            scattered = np.uint32(0)
+            mine = np.uint32(0)
+            if peers:
+                # the window's keys, one a lane; scattered: rows of a key that repeats in the
+                # window but not next to itself (merged below, skipped by the runs)
+                kr = wb + lane
+                if lane < WIN and kr < r1:
+                    k = np.int64(src[kr])
                     if k >= 0 and k < m:
-                        idv = k
-                    elif check and epoch > 0 and fl == 0 and cuda.blockIdx.y == 0:
-                        record(status, 0, epoch, q)
-                    if gather:
-                        q = np.int64(perm[q])
-                ids[u] = idv
-                rowix[u] = q
-            # values of U steps
-            for u in range(U):
-                live = rb0 + u * G + g < r1
-                for j in range(V):
-                    v = zero
-                    f = f0 + j * P
-                    if live and f < F:
-                        v = ACC(load_value(values, rowix[u] * vrs + f * vfs + voff))
-                    vs[u * V + j] = v
-            # runs
-            for u in range(U):
-                rb = rb0 + u * G
-                if rb < r1:
-                    idv = ids[u]
+                        kid = k
+                    elif check and epoch > 0 and cuda.blockIdx.y == 0:
+                        record(status, 0, epoch, kr)
+                mine = find_peers(kid)
+                low = np.uint32(mine >> np.uint32(cuda.ffs(mine) - 1))
+                spread = kid >= 0 and np.uint32(low & np.uint32(low + np.uint32(1))) != 0
+                scattered = np.uint32(cuda.ballot_sync(FULL_MASK, spread))
+            for t0 in range(w0, w0 + WIN, U):
+                rb0 = r0 + np.int64(t0) * G
+                if rb0 >= r1:
+                    break
+                # ids of U steps
+                for u in range(U):
+                    rb = rb0 + u * G
+                    idv = np.int64(-1)
+                    q = rb + g
+                    if peers:
+                        t = t0 - w0 + u
+                        idv = cuda.shfl_sync(FULL_MASK, kid, t)
+                        if (scattered >> np.uint32(t)) & np.uint32(1) != 0:
+                            idv = np.int64(-1)
+                    elif csr:
+                        for gg in range(G):
+                            r = rb + gg
+                            if r < r1:
+                                while s < m and s_end <= r:
+                                    if fresh and s_start == s_end and g == 0:
+                                        for j in range(V):                  # an empty segment
+                                            if f0 + j * P < F:
+                                                out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
+                                    s += 1
+                                    s_start = s_end
+                                    if s < m:
+                                        s_end = seg_end(src, s, n)
+                                if gg == g and s < m and s_start <= r:
+                                    idv = s
+                    elif q < r1:
+                        k = np.int64(src[q])
+                        if k >= 0 and k < m:
+                            idv = k
+                        elif check and epoch > 0 and fl == 0 and cuda.blockIdx.y == 0:
+                            record(status, 0, epoch, q)
+                        if gather:
+                            q = np.int64(perm[q])
+                    ids[u] = idv
+                    rowix[u] = q
+                # values of U steps
+                for u in range(U):
+                    live = rb0 + u * G + g < r1 and ids[u] >= 0     # rows of no id are never read
                     for j in range(V):
-                        cur[j] = vs[u * V + j]
-                    if G == 1:
-                        prev = carry_id
-                    else:
-                        up_id = cuda.shfl_up_sync(FULL_MASK, idv, P)
-                        prev = up_id + (carry_id - up_id) * first_group     # carry_id for group 0
-                    hm = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, idv != prev)) & group_heads)
-                    if (hm & np.uint32(1)) != 0 and carry_id != -2 and g == 0:
-                        # the run carried from the last step ended there
-                        piece = np.int64(-1)
-                        if not atomic and not ordered_last and carry_start == r0:
-                            piece = 2 * w
-                        piece_id(pk, piece, carry_id, fl)
+                        v = zero
+                        f = f0 + j * P
+                        if live and f < F:
+                            v = ACC(load_value(values, rowix[u] * vrs + f * vfs + voff))
+                        vs[u * V + j] = v
+                # runs
+                for u in range(U):
+                    rb = rb0 + u * G
+                    if rb < r1:
+                        idv = ids[u]
                         for j in range(V):
-                            flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                                  init, has_init)
-                    upto = np.uint32(hm & (full >> (np.uint32(31) - my_bit)))
-                    from_carry = upto == 0
-                    start_lane = np.int64(31 - cuda.clz(np.uint32(upto | np.uint32(1))))
-                    if G > 1:
-                        dist = (np.int64(my_bit) - start_lane) // P
-                        d = 1
-                        while d < G:
-                            o = up(FULL_MASK, cur[0], d * P)
-                            if dist >= d:
-                                cur[0] = combine(o, cur[0])
-                            d *= 2
-                    if from_carry and carry_id != -2:
-                        for j in range(V):
-                            cur[j] = combine(carry_v[j], cur[j])
-                    start = carry_start if from_carry else rb + start_lane // P
-                    if G > 1:
-                        if g < G - 1 and np.uint32(hm >> (my_bit + np.uint32(P))) & np.uint32(1) != 0:
-                            # the run ends at this group
+                            cur[j] = vs[u * V + j]
+                        if G == 1:
+                            prev = carry_id
+                        else:
+                            up_id = cuda.shfl_up_sync(FULL_MASK, idv, P)
+                            prev = up_id + (carry_id - up_id) * first_group     # carry_id for group 0
+                        hm = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, idv != prev)) & group_heads)
+                        if (hm & np.uint32(1)) != 0 and carry_id != -2 and g == 0:
+                            # the run carried from the last step ended there
                             piece = np.int64(-1)
-                            if not atomic and not ordered_last and start == r0:
+                            if not atomic and not ordered_last and carry_start == r0:
                                 piece = 2 * w
-                            piece_id(pk, piece, idv, fl)
-                            flush(idv, cur[0], piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
-                        src_lane = (G - 1) * P + fl
-                        carry_v[0] = bcast(FULL_MASK, cur[0], src_lane)
-                        carry_id = cuda.shfl_sync(FULL_MASK, idv, src_lane)
-                        carry_start = cuda.shfl_sync(FULL_MASK, start, src_lane)
-                    else:
+                            piece_id(pk, piece, carry_id, fl)
+                            for j in range(V):
+                                flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                                      init, has_init)
+                        upto = np.uint32(hm & (full >> (np.uint32(31) - my_bit)))
+                        from_carry = upto == 0
+                        start_lane = np.int64(31 - cuda.clz(np.uint32(upto | np.uint32(1))))
+                        if G > 1:
+                            dist = (np.int64(my_bit) - start_lane) // P
+                            d = 1
+                            while d < G:
+                                o = up(FULL_MASK, cur[0], d * P)
+                                if dist >= d:
+                                    cur[0] = combine(o, cur[0])
+                                d *= 2
+                        if from_carry and carry_id != -2:
+                            for j in range(V):
+                                cur[j] = combine(carry_v[j], cur[j])
+                        start = carry_start if from_carry else rb + start_lane // P
+                        if G > 1:
+                            if g < G - 1 and np.uint32(hm >> (my_bit + np.uint32(P))) & np.uint32(1) != 0:
+                                # the run ends at this group
+                                piece = np.int64(-1)
+                                if not atomic and not ordered_last and start == r0:
+                                    piece = 2 * w
+                                piece_id(pk, piece, idv, fl)
+                                flush(idv, cur[0], piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
+                            src_lane = (G - 1) * P + fl
+                            carry_v[0] = bcast(FULL_MASK, cur[0], src_lane)
+                            carry_id = cuda.shfl_sync(FULL_MASK, idv, src_lane)
+                            carry_start = cuda.shfl_sync(FULL_MASK, start, src_lane)
+                        else:
+                            for j in range(V):
+                                carry_v[j] = cur[j]
+                            carry_id = idv
+                            carry_start = start
+            if peers:
+                # each scattered key of the window: its rows folded by the warp, one update
+                lead = np.uint32(cuda.ballot_sync(FULL_MASK, cuda.ffs(mine) - 1 == lane)) & scattered
+                while lead != 0:
+                    t = cuda.ffs(lead) - 1
+                    lead = np.uint32(lead & np.uint32(lead - np.uint32(1)))
+                    members = np.uint32(cuda.shfl_sync(FULL_MASK, mine, t))
+                    idv = cuda.shfl_sync(FULL_MASK, kid, t)
+                    for j in range(V):
+                        cur[j] = zero
+                    have = False
+                    while members != 0:
+                        r = wb + (cuda.ffs(members) - 1)
+                        members = np.uint32(members & np.uint32(members - np.uint32(1)))
                         for j in range(V):
-                            carry_v[j] = cur[j]
-                        carry_id = idv
-                        carry_start = start
+                            f = f0 + j * P
+                            if f < F:
+                                x = ACC(load_value(values, r * vrs + f * vfs + voff))
+                                cur[j] = combine(cur[j], x) if have else x
+                        have = True
+                    for j in range(V):
+                        flush(idv, cur[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv, init,
+                              has_init)
         if csr and r1 >= n:
             # the last span: the empty segments at the end
             while s < m:
