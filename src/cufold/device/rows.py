@@ -391,7 +391,7 @@ def rows_kernel(spec):
                 while lead != 0:
                     t = cuda.ffs(lead) - 1
                     lead = np.uint32(lead & np.uint32(lead - np.uint32(1)))
-                    members = np.uint32(cuda.shfl_sync(FULL_MASK, mine, t))
+                    members = np.uint32(cuda.shfl_sync(FULL_MASK, np.int64(mine), t))
                     idv = cuda.shfl_sync(FULL_MASK, kid, t)
                     for j in range(V):
                         cur[j] = zero
