@@ -142,7 +142,13 @@ def test_into_in_order_and_cas(rng):
     small = rng.choice([0.5, 1.0, 2.0], (N, F))
     got = cufold.reduce_by_key_into(to_device(keys), to_device(small), to_device(np.ones((m, F))), cufold.multiplies)
     np.testing.assert_allclose(to_host(got), add_at_rows(np.ones((m, F)), keys, small, np.multiply))
+    bigger = cufold.Op(lambda a, b: a if a > b else b, commutative=True, name="bigger")     # no identity
     x = rng.standard_normal((N, F))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(x), to_device(np.full((m, F), -9.0)), bigger)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.full((m, F), -9.0), keys, x, np.maximum))
+    with pytest.raises(ValueError, match="needs an operator with an identity"):
+        cufold.reduce_by_key_into(to_device(keys), to_device(x), to_device(np.zeros((m, F))), bigger,
+                                  deterministic=True)
     x[5, 1] = np.nan
     got = cufold.reduce_by_key_into(to_device(keys), to_device(x), to_device(np.zeros((m, F))), cufold.minimum)
     np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, x, np.minimum))

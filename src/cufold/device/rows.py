@@ -12,9 +12,10 @@ rows (``SPAN_ROWS``; 128 on a GPU) and one chunk of features (``blockIdx.y``):
 
 - **lanes over features.** ``P`` lanes cover a row's features (``P``: the power of two
   ``>= F``, at most 32); ``G = 32 / P`` consecutive rows are processed per step, one per
-  group of ``P`` lanes (for ``F >= 32`` one row per step, ``ceil(F / 32)`` feature chunks
-  in ``grid.y``; for small ``F`` several rows per warp). Every load of a step is one
-  coalesced row range; ``UNROLL`` steps' loads are issued before the first is reduced.
+  group of ``P`` lanes (for ``F > 32`` one row per step, 2 or 4 features a lane: a warp
+  covers up to 128 features, ``grid.y`` the chunks of them; for small ``F`` several rows
+  per warp). Every load of a step is a coalesced row range (streamed: ``ld.global.cs``);
+  ``UNROLL`` steps' loads are issued before the first is reduced.
 - **runs of equal keys.** Each row has an id (its key, or its CSR segment); a group starts
   a run where its id differs from the previous row's. The step's runs are reduced by a
   segmented ``shfl_up`` scan over the groups (steps ``P, 2P, ...``), and the run open at
@@ -23,7 +24,11 @@ rows (``SPAN_ROWS``; 128 on a GPU) and one chunk of features (``blockIdx.y``):
 - **where a run goes** (``mode``):
   ``atomic``: ``out[id, f] = op(out[id, f], run)`` atomically (the hardware atomic of
   ``plus``/``min``/``max`` on integers, ``plus`` on floats; a compare-and-swap loop
-  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default;
+  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. With one row a
+  step (``F >= 32``) the span goes in windows of 32 rows: a ``match_any`` over the
+  window's keys finds keys that repeat there but not next to each other (a power law's
+  hot keys in shuffled order); the warp folds each such key's rows and updates once, and
+  the runs skip them (``PEERS``);
   ``ordered``: a run inside the span is final and written once, with a plain store; the
   span's first and last runs (which may continue in the neighbouring spans) become two
   *pieces* (id and a row of partial totals, the second the identity when the span is one
