@@ -258,6 +258,10 @@ def test_segmented_strided_and_dtype(rng):
     got = cufold.segmented_reduce(values, to_device(off))
     assert to_host(got).dtype == np.int64       # sums of small integers widen as cufold.sum
     np.testing.assert_array_equal(to_host(got), reduceat_rows(big[::2, ::2], off, np.add, 0))
+    column = cuda.to_device(big)[::2, 3:4]       # one feature, strided: the 1-D kernels
+    got = cufold.segmented_reduce(column, to_device(off), cufold.maximum, init=7)
+    assert got.shape == (len(off) - 1, 1)
+    np.testing.assert_array_equal(to_host(got), np.maximum(reduceat_rows(big[::2, 3:4], off, np.maximum, 7), 7))
 
 
 @pytest.mark.parametrize("F", [1, 3, 33])

@@ -47,6 +47,7 @@ call                            kernels
 ``... deterministic=True``      floats: a stable radix grouping of ``(keys, row index)``
 (or a non-commutative op)       (``cufold.device.radix``), then ``ordered`` rows gathering rows
                                 by index, folded into ``out`` (``out[id] = op(out[id], total)``)
+``segmented_reduce``, F = 1     the 1-D merge-path kernels (``cufold.device.segmented``) on columns
 ``segmented_reduce``            ``ordered`` rows whose ids come from the offsets (a 32-ary
                                 search per span, then a walk): each segment written once as
                                 ``init op total``; an empty one as ``init`` (or the identity)
@@ -633,12 +634,16 @@ _into_programs = _programs.Programs(_plan_into, "cufold.reduce_by_key_into (rows
 def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_init):
     """Add a feature-row segmented reduction over CSR offsets ``off`` (placeholders of
     builder ``b``: values ``vs`` (n, F), ``out`` (m, F), C-contiguous) to ``b``."""
-    from . import bykey
+    from . import bykey, segmented
+    if m == 0 or F == 0:
+        return
+    if F == 1:      # one feature: the 1-D merge-path kernels on the columns
+        spec = segmented.Spec(op, ValueType.of(vs.dtype), acc_vt, out_vt, segmented.tile_for(acc_vt, n + m))
+        segmented._run_segments(b, spec, _column(vs), off, n, m, _column(out), init_value, has_init)
+        return
     if op.identity_for(acc_vt) is None:
         raise ValueError("cufold: segmented reductions of feature rows need an operator with an identity; "
                          "%s has none" % op.name)
-    if m == 0 or F == 0:
-        return
     P, V, S, U = shape_for(F)
     oflat = flat(out)
     spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, V, S, U, "ordered", "fresh",
