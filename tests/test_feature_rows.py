@@ -298,22 +298,28 @@ def test_host_waits(rng, host_waits):
         assert host_waits[0] == expected
 
 
-def test_into_runs_only(rng, monkeypatch):
-    """CUFOLD_ROWS_PEERS=0: the atomic rows without the window's peer merging."""
+@pytest.mark.parametrize("knob, value, F", [("PEERS", False, 40), ("LANES_MIN", 32, 3)])
+def test_into_tuning_knobs(rng, monkeypatch, knob, value, F):
+    """CUFOLD_ROWS_PEERS=0: the atomic rows without the window's peer merging;
+    CUFOLD_ROWS_LANES=32: three features a row on a warp (idle lanes, one row a step)."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
 
     def forget():
         rows.rows_kernel.cache_clear()
         rows._into_programs.clear()
-    monkeypatch.setattr(rows, "PEERS", False)
+        rows._segment_programs.clear()
+    monkeypatch.setattr(rows, knob, value)
     forget()
     try:
         keys = power_keys(rng, N, M, shuffled=True)
-        values = rng.standard_normal((N, 40))
-        got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((M, 40))))
-        np.testing.assert_allclose(to_host(got), add_at_rows(np.zeros((M, 40)), keys, values), rtol=1e-12,
+        values = rng.standard_normal((N, F))
+        got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(np.zeros((M, F))))
+        np.testing.assert_allclose(to_host(got), add_at_rows(np.zeros((M, F)), keys, values), rtol=1e-12,
                                    atol=1e-12)
+        off = make_offsets(rng, 9, N)
+        got = cufold.segmented_reduce(to_device(values), to_device(off), cufold.maximum)
+        np.testing.assert_array_equal(to_host(got), reduceat_rows(values, off, np.maximum, -np.inf))
     finally:
         monkeypatch.undo()
         forget()

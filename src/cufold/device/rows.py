@@ -83,6 +83,9 @@ WARPS = 4
 #: ``atomic`` rows of 32+ features: merge the repeats of a key within 32 rows (``match_any``)
 #: before their updates (``CUFOLD_ROWS_PEERS=0``: runs only).
 PEERS = os.environ.get("CUFOLD_ROWS_PEERS", "1") != "0"
+#: Lanes per row at least (a power of two; ``CUFOLD_ROWS_LANES``): 32 gives rows of few
+#: features one row a step too (idle lanes, no scan over groups, the peer merging).
+LANES_MIN = int(os.environ.get("CUFOLD_ROWS_LANES", "1"))
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
                               "gather check")
@@ -94,9 +97,9 @@ record keys out of range."""
 
 
 def lanes_for(F):
-    """Lanes per row: the power of two ``>= F``, at most 32."""
+    """Lanes per row: the power of two ``>= F`` (and ``>= LANES_MIN``), at most 32."""
     p = 1
-    while p < min(F, 32):
+    while p < min(max(F, LANES_MIN), 32):
         p *= 2
     return p
 
