@@ -187,6 +187,9 @@ tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
 del os.environ["CUFOLD_BYKEY_TUPLE_ROWS"]
 tuple_plan(cufold.argmax, (i32, i32), (oi32, oi32), "packed")
 tuple_plan(cufold.argmin, (arr(np.uint32, n), arr(np.uint32, n)), (ou32, ou32), "packed")
+BT.KEPT_WORDS_MAX = 0                                 # packed's words filled per call (many keys)
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+BT.KEPT_WORDS_MAX = 1 << 22
 tuple_plan(cufold.welford, (f64,), (o64, o64, o64), "two_pass")
 tuple_plan(cufold.welford, (f32,), (o32, o32, o32), "two_pass", check=False)
 tuple_plan(cufold.argmax, (f64,), (o64, oi64), "grouped")
@@ -257,3 +260,17 @@ for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide 
                    for k in axis_keys}, key=str):
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Fills (launch.fill): empty inputs' results, 1-D and along an axis, scalar and tuple values.
+before = len(compiled)
+for reduction, shape, axes in [(D._SUM, (0,), None), (moments, (0,), None), (D._SUM, (4, 0), (1,)),
+                               (D._MAX, (3, 0), (1,)),
+                               (moments, (6, 0), (1,))]:
+    x = view(np.float32, shape, (shape[-1], 1)[-len(shape):] if len(shape) > 1 else (1,))
+    try:
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    except ValueError as e:                   # no identity: the error, no kernel
+        print("  --   %s of %s: %s" % (reduction.name, shape, e))
+fills = sorted({str(k[0]) for k in compiled if isinstance(k[0], tuple) and k[0][0] == "fill"})
+print("  ok   %s" % "\n  ok   ".join(fills))
+print("%d fill kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -634,8 +634,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
             value = tuple(np.nan for _ in out_vt.fields) if out_vt.is_tuple else np.nan
         elif needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
-        b.launch(_fill_many(out_vt), ("fill_many", out_vt), -(-m_count // 256), 256,
-                 (outs, m_count, out_vt.make(value)))
+        _launch.fill(b, out_vt, outs, m_count, value)
         return
     op = prep.op
     layout = plan_layout(shape, like.strides, axes, op.commutative, lift == "index")
@@ -728,15 +727,3 @@ def _result_arrays(b, like, out_vt, out_shape, m_count, given):
                 raise ValueError("cufold: out= must be C-contiguous")
             vecs.append(_arrays.window(a, 0, (m_count,), (1,)))
     return tuple(vecs) if out_vt.is_tuple else vecs[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _fill_many(out_vt):
-    store, cast = out_vt.store, out_vt.cast
-
-    def fill_many(outs, m, value):
-        i = cuda.grid(1)
-        if i < m:
-            store(outs, i, cast(value))
-
-    return fill_many
