@@ -46,7 +46,7 @@ def fake_kernel_for(fn, key, args):
     k = (key, sig)
     if k not in compiled:
         t = time.time()
-        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), **L.jit_options_of(fn))
         compiled[k] = time.time() - t
         if DUMP:
             os.makedirs(DUMP, exist_ok=True)

@@ -75,6 +75,10 @@ WIDE_LOADS = _reduce_mod.WIDE_LOADS
 #: enough bytes in flight per SM to cover the memory latency at full occupancy.
 UNROLL = 4
 UNROLL_SMALL = 8
+#: Resident blocks per SM the rows and columns kernels are compiled for (``launch_bounds``:
+#: registers capped at 64 for 256 threads): at 72-96 registers they ran 2-3 blocks, 24-33%
+#: occupancy, too few loads in flight for the bandwidth (ncu, H100).
+MIN_BLOCKS = 4
 
 
 def normalize_axis(axis, ndim):
@@ -543,6 +547,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
                         counters[m] = 0           # ready for the next launch on this stream
             w += groups
 
+    rows.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
     return rows
 
 
@@ -641,6 +646,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
                         counters[tile] = 0       # ready for the next launch on this stream
             w += cuda.gridDim.x
 
+    columns.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
     return columns
 
 

@@ -1213,8 +1213,14 @@ def kernel_for(fn, key, args):
     kernel = _kernels.get(k)
     if kernel is None:
         sig = tuple(_nbtype(a) for a in args)
-        kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k))
+        kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k), **jit_options_of(fn))
     return kernel
+
+
+def jit_options_of(fn):
+    """The ``cuda.jit`` options a kernel factory attached to its kernel (``fn.jit_options``,
+    e.g. ``launch_bounds`` to cap registers for occupancy); none in the simulator."""
+    return {} if SIMULATOR else getattr(fn, "jit_options", {})
 
 
 def launch(fn, key, grid, nt, stream, args):
