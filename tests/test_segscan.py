@@ -13,9 +13,10 @@ import importlib
 
 import numpy as np
 import pytest
+from conftest import SIMULATOR
+from conftest import to_device as dev
+from conftest import to_host as host
 from numba import cuda
-
-from conftest import SIMULATOR, to_device as dev, to_host as host
 
 import cufold
 from cufold.host import arrays as _arrays

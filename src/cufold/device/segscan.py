@@ -57,13 +57,16 @@ import numpy as np
 from numba import cuda
 
 from .. import _codegen, block
+from ..host import arrays as _arrays
+from ..host import dispatch as _dispatch
+from ..host import launch as _launch
+from ..host import programs as _programs
 from ..ops import as_op, plus
-from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from . import scan as _scan
 from . import segmented as _seg
 from .segmented import AGGREGATE, PREFIX, PREFIX_NONE
 
-__all__ = ["segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key", "ALGORITHMS"]
+__all__ = ["ALGORITHMS", "exclusive_scan_by_key", "inclusive_scan_by_key", "segmented_scan"]
 
 #: One algorithm (listed for ``cufold.algorithms("segmented_scan")``): the
 #: single-pass look-back flagged scan, its heads from offsets or from keys.
@@ -172,11 +175,8 @@ def _heads_from_offsets(nt, vt):
                     sf[slot(at)] = 1
         # A start equal to j0 may sit in an earlier tile (the path was cut between it
         # and value j0); value 0 starts the scan whatever the offsets.
-        if tid == 0 and count > 0:
-            if j0 == 0:
-                sf[slot(0)] = 1
-            elif s0 > 0 and offset(offsets, s0 - 1, nvals) == j0:
-                sf[slot(0)] = 1
+        if tid == 0 and count > 0 and (j0 == 0 or (s0 > 0 and offset(offsets, s0 - 1, nvals) == j0)):
+            sf[slot(0)] = 1
 
     return span, mark
 
