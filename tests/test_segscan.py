@@ -13,18 +13,22 @@ import importlib
 
 import numpy as np
 import pytest
-from conftest import SIMULATOR
+from conftest import SIMULATOR, gpu_only
 from conftest import to_device as dev
 from conftest import to_host as host
 from numba import cuda
 
 import cufold
 from cufold.host import arrays as _arrays
+from cufold.values import ValueType
 
 S = importlib.import_module("cufold.device.segscan")
 
 INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
 LENGTHS = (0, 1, 31, 33, 1025)
+#: Random segments per test: a few in the simulator (tiny tiles), thousands on a GPU
+#: (tiles of 2048 path items), so that both cross many tiles.
+MANY = 1 if SIMULATOR else 300
 
 
 def _affine(p, q):
@@ -138,7 +142,7 @@ def mixed_lengths(rng, count):
 @pytest.mark.parametrize("exclusive", (False, True))
 def test_sum_lengths(exclusive, rng, small_tiles):
     """Segments of 0, 1, 31, 33 and 1025 values, with and without init."""
-    lens = np.concatenate([np.array(LENGTHS), mixed_lengths(rng, 10)])
+    lens = np.concatenate([np.array(LENGTHS), mixed_lengths(rng, 10 * MANY)])
     rng.shuffle(lens)
     off = offsets_of(lens)
     n = int(off[-1])
@@ -152,7 +156,7 @@ def test_sum_lengths(exclusive, rng, small_tiles):
 
 
 def test_float_sums_and_maxima(rng, small_tiles):
-    lens = mixed_lengths(rng, 14)
+    lens = mixed_lengths(rng, 14 * MANY)
     off = offsets_of(lens)
     n = int(off[-1])
     v = rng.standard_normal(n).astype(np.float32)
@@ -211,20 +215,24 @@ def test_empty_segments_everywhere(rng, small_tiles):
     assert host(empty).shape == (0,) and host(empty).dtype == np.float32
 
 
-@pytest.mark.parametrize("cut", (125, 126, 127))
-def test_start_at_a_tile_edge(cut, rng, small_tiles):
-    """A segment start that ends a tile's path (32 x 4 = 128 items: start 0, then
-    ``cut`` values, then the start at ``cut``) while its value opens the next tile."""
-    off = np.array([0, cut, cut + 40, 300], np.int64)
-    v = rng.integers(-9, 10, 300).astype(np.int64)
-    heads = heads_from_offsets(off, 300)
+@pytest.mark.parametrize("before", (3, 2, 1))
+def test_start_at_a_tile_edge(before, rng, small_tiles):
+    """A segment start that ends a tile's path (``before == 2``: start 0, then
+    ``NV - 2`` values, then the start at ``NV - 2`` as the tile's last path item)
+    while its value opens the next tile; and its neighbours."""
+    nt, vt = S.tile_for(ValueType.of(np.int64), 3000)
+    cut = nt * vt - before
+    n = 2 * nt * vt + 100
+    off = np.array([0, cut, cut + 40, n], np.int64)
+    v = rng.integers(-9, 10, n).astype(np.int64)
+    heads = heads_from_offsets(off, n)
     assert np.array_equal(host(cufold.segmented_scan(dev(v), dev(off))), ref_ufunc(np.add, v, heads))
 
 
 def test_offsets_subrange(rng, small_tiles):
     """offsets[0] > 0 and offsets[-1] < len(values): the values before and after form
     two more segments (the scan restarts at every offset)."""
-    off = offsets_of(mixed_lengths(rng, 6), start=17)
+    off = offsets_of(mixed_lengths(rng, 6 * MANY), start=17)
     n = int(off[-1]) + 23
     v = rng.integers(-5, 5, n).astype(np.int64)
     heads = heads_from_offsets(off, n)
@@ -294,7 +302,7 @@ def test_by_key_tuple_keys(rng, small_tiles):
 @pytest.mark.parametrize("exclusive", (False, True))
 def test_noncommutative_tuple_values(exclusive, rng, small_tiles):
     """The affine maps (a, b), combined in sequence order, over offsets and by key."""
-    lens = np.concatenate([[33, 0, 1, 31], mixed_lengths(rng, 3)])
+    lens = np.concatenate([[33, 0, 1, 31], mixed_lengths(rng, 3 if SIMULATOR else 60)])
     off = offsets_of(lens)
     n = int(off[-1])
     a = rng.choice(np.array([-1, 1], np.int64), n)
@@ -333,7 +341,7 @@ def test_operator_without_identity(rng, small_tiles):
 
 
 def test_dtypes_strides_and_plain_functions(rng, small_tiles):
-    off = offsets_of(mixed_lengths(rng, 6))
+    off = offsets_of(mixed_lengths(rng, 6 * MANY))
     n = int(off[-1])
     heads = heads_from_offsets(off, n)
     h = rng.integers(-8, 8, n).astype(np.float16)
@@ -364,6 +372,27 @@ def test_repeated_calls_reuse_state(rng, small_tiles):
         assert np.array_equal(host(cufold.segmented_scan(dev(v), dev(off))), ref_ufunc(np.add, v, heads))
         assert np.array_equal(host(cufold.inclusive_scan_by_key(dev(np.cumsum(heads)), dev(v))),
                               ref_ufunc(np.add, v, heads))
+
+
+@gpu_only
+def test_large_inputs_repeated(rng):
+    """Millions of values in short and long segments, scanned again and again: the
+    look-back's races would show as a wrong integer now and then."""
+    for lengths in ((0, 1, 2, 5, 31, 33), (1000, 100_000, 1_000_000)):
+        off = offsets_of(rng.choice(np.array(lengths), size=max(16, (1 << 22) // int(np.mean(lengths)))))
+        n = int(off[-1])
+        v = rng.integers(-1000, 1000, n).astype(np.int32)
+        heads = heads_from_offsets(off, n)
+        c = np.cumsum(v, dtype=np.int64)
+        starts = np.maximum.accumulate(np.where(heads, np.arange(n), 0))
+        ref = (c - np.concatenate([[0], c])[starts]).astype(np.int32)       # per-segment cumsum
+        keys = np.cumsum(heads).astype(np.int64)
+        dv, doff, dk = dev(v), dev(off), dev(keys)
+        for _ in range(20):
+            assert np.array_equal(host(cufold.segmented_scan(dv, doff)), ref)
+            assert np.array_equal(host(cufold.inclusive_scan_by_key(dk, dv)), ref)
+        r = host(cufold.exclusive_scan_by_key(dk, dev(v.astype(np.float32)), init=0.5))
+        assert np.array_equal(r, ref.astype(np.float64) - v + 0.5)          # exact: small integers
 
 
 def test_listed_and_exported():
