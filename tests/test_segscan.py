@@ -318,6 +318,24 @@ def test_noncommutative_tuple_values(exclusive, rng, small_tiles):
     assert list(zip(ra.tolist(), rb.tolist())) == ref_fold(_affine, (a, b), heads, exclusive, init)
 
 
+def test_builtin_operators_on_tuples_and_bools(rng, small_tiles):
+    """cufold.argmin over (value, index) pairs (a running argmin, ties to the first) and
+    cufold.logical_or over bools (a running "any"), per segment."""
+    off = offsets_of(np.concatenate([[0, 33, 1], mixed_lengths(rng, 5 * MANY)]))
+    n = int(off[-1])
+    heads = heads_from_offsets(off, n)
+    v = rng.integers(0, 6, n).astype(np.float32)              # many ties
+    idx = np.arange(n, dtype=np.int64)
+    rv, ri = host(cufold.segmented_scan(dev((v, idx)), dev(off), cufold.argmin))
+    for lo, hi in pieces(heads):
+        run = np.minimum.accumulate(v[lo:hi])
+        first = np.array([lo + int(np.argmin(v[lo:k + 1])) for k in range(lo, hi)])
+        assert np.array_equal(rv[lo:hi], run) and np.array_equal(ri[lo:hi], first)
+    b = rng.random(n) < 0.1
+    r = host(cufold.inclusive_scan_by_key(dev(np.cumsum(heads)), dev(b), cufold.logical_or))
+    assert r.dtype == np.bool_ and np.array_equal(r, ref_ufunc(np.logical_or, b, heads))
+
+
 def test_operator_without_identity(rng, small_tiles):
     """Inclusive scans need no identity; exclusive ones then need init."""
     off = offsets_of([5, 0, 40, 2])

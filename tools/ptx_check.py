@@ -162,6 +162,9 @@ SS._plan((i64n, i64n), (f32, arr(np.int8, n)), ValueType.of((np.float32, np.int8
          None, "scan_by_key")
 SS._plan((arr(np.int8, n),), (arr(np.float64, n),), ValueType.of(np.float64), cufold.plus, True, 3,
          np.int64, 0, None, "scan_by_key")
+SS._plan((f32, i64n), (offsets,), None, cufold.argmin, False, None, None, 0, None, "segmented_scan")
+SS._plan((arr(np.bool_, n),), (i64n,), ValueType.of(np.int64), cufold.logical_or, True, None, None, 0, None,
+         "scan_by_key")
 ss_keys = [k[0] for k in list(compiled)[ss_before:]]
 for key in ss_keys:
     spec = key[1]
