@@ -51,6 +51,9 @@ def _calls(rng):
         ("cummin", 0, lambda: cufold.cummin(x)),
         ("segmented_reduce", 0, lambda: cufold.segmented_reduce(x, offsets)),
         ("reduce_by_key", 1, lambda: cufold.reduce_by_key(sorted_keys, x)),
+        ("segmented_scan", 0, lambda: cufold.segmented_scan(x, offsets)),
+        ("inclusive_scan_by_key", 0, lambda: cufold.inclusive_scan_by_key(sorted_keys, x)),
+        ("exclusive_scan_by_key", 0, lambda: cufold.exclusive_scan_by_key(sorted_keys, x)),
         ("reduce_by_key_into check=False", 0,
          lambda: cufold.reduce_by_key_into(xi, x, table, check=False)),
         ("reduce_by_key_into check=False deterministic", 0,
@@ -75,7 +78,7 @@ def test_every_public_function_is_listed():
         assert inspect.getdoc(getattr(cufold, n)), n
 
 
-@pytest.mark.parametrize("row", range(29))
+@pytest.mark.parametrize("row", range(32))
 def test_waits_for_the_device(row, rng, host_waits):
     name, expected, call = _calls(rng)[row]
     call()                      # plans (uploads of constants happen here, once)

@@ -145,6 +145,33 @@ SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmente
 SEG._plan_segmented((f32, i32), offsets, cufold.minmax, None, None, 0, None, "segmented_reduce")
 SEG._plan_count_runs((i32,), 0)
 SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None)
+# Segmented scans: heads from CSR offsets (partition + scan) and from keys; scalar, float16,
+# tuple (non-commutative, no identity) values; integer, float and tuple keys; both kinds.
+SS = importlib.import_module("cufold.device.segscan")
+ss_before = len(compiled)
+affine = cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1]), name="affine")
+i64n = arr(np.int64, n)
+for exclusive in (False, True):
+    SS._plan((f32,), (offsets,), None, cufold.plus, exclusive, None, None, 0, None, "segmented_scan")
+    SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.plus, exclusive, None, None, 0, None, "scan_by_key")
+    SS._plan((i64n, i64n), (arr(np.int32, 1001),), None, affine, exclusive, (1, 0) if exclusive else None, None,
+             0, None, "segmented_scan")
+SS._plan((arr(np.float16, n),), (arr(np.uint8, 1001),), None, cufold.maximum, False, None, None, 0, None,
+         "segmented_scan")
+SS._plan((i64n, i64n), (f32, arr(np.int8, n)), ValueType.of((np.float32, np.int8)), affine, False, None, None, 0,
+         None, "scan_by_key")
+SS._plan((arr(np.int8, n),), (arr(np.float64, n),), ValueType.of(np.float64), cufold.plus, True, 3,
+         np.int64, 0, None, "scan_by_key")
+SS._plan((f32, i64n), (offsets,), None, cufold.argmin, False, None, None, 0, None, "segmented_scan")
+SS._plan((arr(np.bool_, n),), (i64n,), ValueType.of(np.int64), cufold.logical_or, True, None, None, 0, None,
+         "scan_by_key")
+ss_keys = [k[0] for k in list(compiled)[ss_before:]]
+for key in ss_keys:
+    spec = key[1]
+    what = ("%s %s -> %s, %s" % (spec.op.name, spec.in_vt, spec.out_vt,
+                                 "offsets" if spec.key_vt is None else "keys %s" % spec.key_vt)
+            if key[0] == "segscan" else "nv=%d" % spec)
+    print("  ok   %s %s%s" % (key[0], what, " exclusive" if key[0] == "segscan" and spec.exclusive else ""))
 out64 = arr(np.float64, 10**6)
 for alg in BK.ALGORITHMS:
     for det, check in ((False, True), (False, False)) if alg != "sorted" else ((True, True), (False, False)):

@@ -20,13 +20,15 @@ from . import reduce as _reduce_mod
 from ..host.dispatch import algorithms
 from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
 from .segmented import reduce_by_key, segmented_reduce
+from .segscan import exclusive_scan_by_key, inclusive_scan_by_key, segmented_scan
 from .histogram import bincount, histogram
 from .bykey import reduce_by_key_into
 from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; registers its algorithms)
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
-           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
+           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
+           "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key"]
 
 
 def _flat(a):
