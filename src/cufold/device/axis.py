@@ -197,8 +197,9 @@ def _pow2_at_least(n):
 
 #: How a layout runs: kernel 'rows' or 'columns'; rows: ``group`` threads per output
 #: chunk; columns: ``tx`` x ``ty`` threads a block; ``split`` chunks per output (1: none),
-#: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block.
-Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt")
+#: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block; columns with
+#: ``ty == 1``: ``per`` neighbouring outputs a thread.
+Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt per", defaults=(1,))
 
 
 def schedule(layout, lim):
@@ -227,14 +228,20 @@ def schedule(layout, lim):
     inner = layout.keep[-1][0]
     ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)))
     tx = nt // ty
-    tiles = -(-m // tx)
+    # A column of a few items (one thread each) costs more in finding its place than in
+    # reading it: give a thread several neighbouring outputs (one unravel for all) where
+    # the tiles still fill the GPU.
+    per = 1
+    if ty == 1:
+        per = next((p for p in (4, 2) if inner % p == 0 and m // (tx * p) >= lim.blocks), 1)
+    tiles = -(-m // (tx * per))
     split = 1
     if tiles < lim.blocks:
         split = min(-(-lim.blocks // tiles), max(1, k // (ty * lim.min_items)), lim.max_split)
     chunk = -(-k // split)
     split = -(-k // chunk)
     grid = max(1, min(tiles * split, lim.blocks * 32))
-    return Schedule("columns", 0, tx, ty, split, chunk, grid, nt)
+    return Schedule("columns", 0, tx, ty, split, chunk, grid, nt, per)
 
 
 # --- device helpers -----------------------------------------------------------------
@@ -558,11 +565,13 @@ def _alone(value, valid):
 
 
 @functools.lru_cache(maxsize=None)
-def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
+def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1):
     """Blocks of ``tx`` x ``ty`` threads: ``tx`` neighbouring outputs (along the kept
     dimension of smallest stride: coalesced) x ``ty`` threads sharing each one's
     chunk of reduced items, combined in shared memory (a tree in ``ty`` order);
     ``split`` > 1: chunks of a column tile meet through partials and a ticket per tile.
+    ``per`` > 1 (``ty`` 1, no split): a thread folds ``per`` neighbouring outputs whole
+    (they share one row of the innermost kept dimension: its length is a multiple).
 
     Arguments as :func:`rows_kernel`'s."""
     start, _, finish = _reduce_mod._protocol(spec)
@@ -575,6 +584,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
     fold = _thread_fold(spec, nd_outer)
     strided = not spec.ordered
     nt = tx * ty
+    outputs = per                      # (the kernel's own ``per`` is another)
     shared = block.temp_storage(acc_vt, nt)
 
     @cuda.jit(device=True)
@@ -590,12 +600,35 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
             offset *= 2
         return value
 
+    @cuda.jit(device=True)
+    def outputs_per_thread(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+                           outer_shape, outer_strides, outer_index_strides, outs, init, has_init):
+        step_in = keep_in[nd_keep - 1]
+        step_out = keep_out[nd_keep - 1]
+        m = (cuda.blockIdx.x * tx + cuda.threadIdx.x) * outputs
+        while m < m_count:
+            in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
+            for j in range(outputs):
+                base = origin + in_off + j * step_in
+                state = start(load(xs, base), 0)
+                state, have = fold(state, np.bool_(False), xs, base, m * 0, k_count, m * 0 + 1, inner,
+                                   outer_shape, outer_strides, outer_index_strides)
+                total = finish(state)
+                if has_init:
+                    total = combine(init, total)
+                store_out(outs, out_off + j * step_out, project(total))
+            m += cuda.gridDim.x * tx * outputs
+
     def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
                 outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
         temp = shared()
         tid = cuda.threadIdx.x
         x = tid % tx
         y = tid // tx
+        if outputs > 1:
+            outputs_per_thread(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+                               outer_shape, outer_strides, outer_index_strides, outs, init, has_init)
+            return
         tiles = (m_count + tx - 1) // tx
         work = tiles * splits
         w = cuda.blockIdx.x
@@ -734,8 +767,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
         key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
     else:
-        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
-        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
+        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
     b.launch(kernel, key, sched.grid, sched.nt, args)
 
 
