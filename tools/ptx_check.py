@@ -92,6 +92,8 @@ check(cufold.argmax, np.float32, (np.float32, np.int64), np.int64, lift="index",
       algorithms=("single_pass", "single_block"))
 check(cufold.welford, np.float32, (np.float64,) * 3, (np.float32, np.float32), lift="welford",
       project="mean_var", algorithms=("single_pass",))
+check(cufold.plus, np.float32, (np.float64,) * 2, np.float32, lift="count", project="count_mean",
+      algorithms=("single_pass",))                                     # a mean alone
 check(cufold.as_op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (np.int64, np.int64),
       (np.int64, np.int64), (np.int64, np.int64), algorithms=("single_pass", "two_pass", "tiles", "single_block"))
 print("%d kernels compiled in %.1f s" % (len(compiled), time.time() - t0))
@@ -274,12 +276,14 @@ for reduction, dt in CASES:
         reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
 moments = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean_var", 0, None, dt), name="mean_var",
                        needs_items=True)
+means = D._Reduction(cufold.plus, lambda dt: D._moment_options("mean", 0, None, dt), name="mean", needs_items=True)
 ordered = D._Reduction(cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1])), name="affine")
 SOME = [lay for lay in LAYOUTS if lay[0] in ((1 << 16, 8), (1 << 16, 7), (256, 1024), (64, 65536), (8192, 8192),
                                                (1 << 24, 4))]
 for shape, strides, axes in SOME:
     x = view(np.float32, shape, strides)
     moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    means._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
     xi = view(np.int64, shape, strides)
     ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
 axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]

@@ -710,7 +710,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return
     if k_count == 0:
         value = init if init is not None else prep.op.identity_for(prep.acc_vt)
-        if lift == "welford":
+        if lift in _reduce_mod.NAN_WHEN_EMPTY:
             value = tuple(np.nan for _ in out_vt.fields) if out_vt.is_tuple else np.nan
         elif needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)

@@ -120,7 +120,14 @@ def _lift_welford(x, i):
     return (1.0, x, 0.0)
 
 
-LIFTS = {"value": _lift_value, "index": _lift_index, "pair": _lift_pair, "welford": _lift_welford}
+def _lift_count(x, i):
+    return (1.0, x)
+
+
+LIFTS = {"value": _lift_value, "index": _lift_index, "pair": _lift_pair, "welford": _lift_welford,
+         "count": _lift_count}
+#: Lifts of means: their reduction of nothing is NaN (NumPy's mean of an empty slice).
+NAN_WHEN_EMPTY = ("welford", "count")
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,6 +150,10 @@ def _project_mean(v, ddof):
     return v[1]
 
 
+def _project_count_mean(v, ddof):
+    return v[1] / v[0]
+
+
 def _project_var(v, ddof):
     return v[2] / (v[0] - ddof)
 
@@ -152,6 +163,7 @@ def _project_mean_var(v, ddof):
 
 
 PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _project_mean,
+               "count_mean": _project_count_mean,
                "var": _project_var, "mean_var": _project_mean_var}
 
 
