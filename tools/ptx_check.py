@@ -257,3 +257,29 @@ for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide 
                    for k in axis_keys}, key=str):
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Reproducible (gpu_to_gpu) sums: the binned sum kernel per binning dtype and finish (sum, mean,
+# state), the warp-per-segment kernel, the state combine/finalise kernel.
+RP = importlib.import_module("cufold.device.reproducible")
+before = len(compiled)
+for dt in (np.float32, np.float64, np.float16):
+    x = arr(dt, n)
+    D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+mean_r = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
+                      needs_items=True)
+for dt in (np.float32, np.int32):
+    x = arr(dt, n)
+    mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+for dt in (np.float32, np.float64):
+    x = arr(dt, n)
+    RP._state_plan((P.signature(x), 0, False, None, None), x)
+    SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
+states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
+                     "numba", None, 0)
+RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float32), np.dtype(np.float32)), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float64), np.dtype(np.float64)), states)
+for k in compiled:
+    if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
+        print("  ok   %s %s" % (k[0][0], k[0][1]))
+print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
