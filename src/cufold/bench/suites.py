@@ -485,6 +485,23 @@ def reduce_cases(env, dtypes):
     return cases
 
 
+def reproducible_cases(env, dtypes):
+    """Plain ``cufold.sum`` against ``deterministic="gpu_to_gpu"`` (binned) and torch.sum."""
+    cases = []
+    for dt in ("float32", "float64"):
+        if dt not in dtypes:
+            continue
+        cands = [
+            _cf("sum"),
+            Candidate("cufold.sum[gpu_to_gpu]", "cufold", "cufold", cf_call("sum", deterministic="gpu_to_gpu"),
+                      requires="sum"),
+            Candidate("torch.sum", "torch", "peer", torch_call("sum")),
+        ]
+        cases.append(Case("sum/%s" % dt, "sum", "sum %s, plain and reproducible (gpu_to_gpu)" % dt, dt, "grid",
+                          np.dtype(dt).itemsize, "sum", check_sum, cands))
+    return cases
+
+
 def scan_cases(env, dtypes):
     cases = []
     names, why = _algorithms(env, "scan")
@@ -533,6 +550,13 @@ REDUCE_TARGETS = [
      "cmp": ">=", "threshold": 1.1},
 ]
 
+REPRODUCIBLE_TARGETS = [
+    {"name": "gpu_to_gpu sum f32 @2^28 vs plain cufold.sum", "kind": "speedup_vs", "case": "sum/float32",
+     "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+    {"name": "gpu_to_gpu sum f64 @2^28 vs plain cufold.sum", "kind": "speedup_vs", "case": "sum/float64",
+     "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+]
+
 SCAN_TARGETS = [
     {"name": "int32 inclusive scan @2^28 vs copy bandwidth", "kind": "copy_frac", "case": "scan/int32",
      "label": "cufold.inclusive_scan", "log2n": 28, "cmp": ">=", "threshold": 0.9},
@@ -571,6 +595,9 @@ from . import calls as _calls  # noqa: E402
 SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
                     "sum (f32/f64/i32), argmax f32, mean+var f32 (--full: every cufold reduce algorithm)"),
+    "reproducible": Suite("reproducible", ("float32", "float64"), reproducible_cases, REPRODUCIBLE_TARGETS,
+                          "sum f32/f64: cufold.sum vs deterministic='gpu_to_gpu' (binned) vs torch.sum",
+                          default_sizes="20,24,28", full_sizes="10:28"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), device copy as ceiling (--full: every scan algorithm)"),
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),

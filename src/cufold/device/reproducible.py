@@ -90,7 +90,7 @@ from numba import config, cuda
 from .. import _codegen, block, warp
 from ..ops import Op
 from ..values import ValueType
-from ..host import arrays as _arrays, launch as _launch, programs as _programs
+from ..host import arrays as _arrays, programs as _programs
 from ..host.launch import Tile
 from . import reduce as _reduce_mod
 
@@ -117,7 +117,7 @@ def binning(dtype):
     else:
         raise TypeError("cufold: reproducible sums bin float32 or float64 items, not %s" % dt)
     sub = emin - mant                                   # exponent of the smallest subnormal
-    offset = width * (-(-(-sub) // width) + K)          # bin 0 lies below every frame's lowest bin
+    offset = width * (math.ceil(-sub / width) + K)      # bin 0 lies below every frame's lowest bin
     frame = (max(0, 1) - bias + 2 + offset + width - 1) // width - 1   # the frame of |x| = 0
     assert frame - K + 1 >= 0
     return Binning(dt, F, I, mant, bias, width, offset, sub, scale_at, scale, 1 << (mant - width), frame,
@@ -197,12 +197,19 @@ def _frame(bn):
     """Device function: the frame of a maximum ``|x|`` (``m >= 0``, finite or inf)."""
     env = _env(bn)
     env["bits"] = _bits(bn)
+    # num // W by a multiply and a shift (a 64-bit division is a long subroutine), checked
+    # here for every exponent field
+    lo = 1 - bn.bias + 2 + bn.offset + bn.width - 1
+    hi = (1 << (8 * bn.dtype.itemsize - 1 - bn.mant)) - 1 - bn.bias + 2 + bn.offset + bn.width - 1
+    magic = (1 << 20) // bn.width + 1
+    assert lo > 0 and all((v * magic) >> 20 == v // bn.width for v in range(lo, hi + 1))
+    env["MAGIC"] = np.int64(magic)
     src = """
 def frame(m):
     e = np.int64((bits(m) >> MANT_I) & EXP)
     if e < 1:
         e = np.int64(1)
-    return (e - BIAS + 2 + OFFSET + W - 1) // W - 1
+    return ((e - BIAS + 2 + OFFSET + W - 1) * MAGIC >> 20) - 1
 """
     return _codegen.build(src, "frame", env)
 
@@ -552,7 +559,7 @@ def plan_segments(b, arrs, off, m, op, init, dtype):
 # --- the public state helpers -----------------------------------------------------------------
 
 def _state_plan(key, *arrays):
-    sig, h, given_stream, tile, grid = key
+    _, h, given_stream, tile, grid = key
     (a,) = arrays
     bin_dt = binning_dtype(a.dtype)
     if bin_dt is None or a.dtype.kind not in "f" or not a.c_contiguous:
@@ -591,7 +598,7 @@ def sum_state(x, *, stream=None, tile=None, grid=None):
 
 
 def _combine_kernel_plan(key, *arrays):
-    sig, h, given_stream, finish, out_dtype, bin_dtype = key
+    _, h, given_stream, finish, out_dtype, bin_dtype = key
     (a,) = arrays
     if a.dtype != np.int64 or a.size % STATE_WORDS or not a.c_contiguous or a.size == 0:
         raise ValueError("cufold: states are contiguous int64 arrays of shape (m, %d), m >= 1; got %s %s"
@@ -688,7 +695,7 @@ def host_state(x, dtype=None):
     ax = ax[~np.isnan(ax)]
     m = ax.max() if ax.size else F(0)
     T = max(frame_of(bn, int(np.array(m, F).view(bn.I)) >> bn.mant), bn.floor_frame)
-    if sp != 0.0 or sp != sp:
+    if sp != 0.0 or math.isnan(sp):
         return (T, 0, 0, 0, sp)
     r = x
     sums = []
@@ -708,15 +715,13 @@ def host_state(x, dtype=None):
 
 def host_combine(*states):
     """Combine host states (as :data:`MERGE` does on the device)."""
+    def shifted(st, t):
+        return ([0] * min(t - st[0], K) + list(st[1:4]))[:K]
+
     acc = (0, 0, 0, 0, 0.0)
     for s in states:
         t = max(acc[0], s[0])
-
-        def shifted(st):
-            d = t - st[0]
-            b = list(st[1:4])
-            return ([0] * min(d, 3) + b)[:3]
-        a, c = shifted(acc), shifted(s)
+        a, c = shifted(acc, t), shifted(s, t)
         acc = (t, a[0] + c[0], a[1] + c[1], a[2] + c[2], acc[4] + s[4])
     return acc
 
@@ -725,7 +730,7 @@ def host_finalise(state, dtype):
     """The float64 value of a host state binned as ``dtype`` (as the kernels compute it)."""
     bn = binning(binning_dtype(dtype))
     T, S0, S1, S2, sp = state
-    if sp != 0.0 or sp != sp:
+    if sp != 0.0 or math.isnan(sp):
         return float(sp)
     e0, e1, e2 = (bin_exponent(bn, k) for k in (T, T - 1, T - 2))
     c = S2 >> (e1 - e2)
