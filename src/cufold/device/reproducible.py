@@ -46,16 +46,17 @@ state-merging operator :data:`MERGE`) and the grid (the last block folds
 the blocks' states, as the ``single_pass`` reduce) combine states.
 
 The result is ``S_T u_T + S_{T-1} u_{T-1} + S_{T-2} u_{T-2}`` (carried to
-canonical digits in integers, then rounded to float64 and to the result
-dtype): a function of the state alone.
+canonical digits in integers, the lower two in ``[0, 2^W)``, then added in
+float64, top down, and rounded to the result dtype): a function of the
+state alone.
 
 Error bound
 -----------
 With ``M = max |x_i|`` and ``n`` items, ``|result - sum(x)| <= n * 2^(1-2W) *
 M + rounding of the result``: each item loses at most half a unit of bin
-``T-2``, and ``u_{T-2} <= 2^(2-2W) M`` (the frame's top bin holds ``M``).
-float32 data: ``n * 2^-35 * M``, plus one rounding to float64 and one to
-float32 (the result is within ~1 ulp of the exactly rounded binned sum).
+``T-2``, and ``u_{T-2} <= 2^(1-2W) M`` (the frame's top bin holds ``M``).
+float32 data: ``n * 2^-35 * M``, plus the float64 combination (exact below
+2^36 items) and one rounding to float32: within ~1 ulp of the binned sum.
 float64 data: ``n * 2^-59 * M``, plus ~2 ulp of float64 (the final
 combination of the bins rounds twice). NaN in any item gives NaN; +inf and
 -inf give NaN together and themselves alone (IEEE, which is order free); a
@@ -90,7 +91,7 @@ from numba import config, cuda
 from .. import _codegen, block, warp
 from ..ops import Op
 from ..values import ValueType
-from ..host import arrays as _arrays, programs as _programs
+from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from ..host.launch import Tile
 from . import reduce as _reduce_mod
 
@@ -305,8 +306,8 @@ def finalise(st):
     c = S1 >> d
     S1 -= c << d
     S0 += c
-    low = np.float64((S1 << (e1 - e2)) + S2)
-    v = np.float64(S0) * pow2(e0 - e2) + low
+    # canonical digits: S1, S2 in [0, 2^W); each term below is exact, two roundings
+    v = (np.float64(S0) * pow2(e0 - e2) + np.float64(S1 << (e1 - e2))) + np.float64(S2)
     h = e2 >> 1
     return v * pow2(h) * pow2(e2 - h)
 """
@@ -446,6 +447,19 @@ def tile_for(dtype):
     return Tile(256, 32) if np.dtype(dtype).itemsize <= 4 else Tile(128, 16)
 
 
+#: Registers per thread of the sum kernel (ptxas 13.0, sm_90, default tiles): sizes a grid of
+#: exactly the blocks that fit at once, so that grid-stride tiles do not run in uneven waves.
+REGISTERS = {4: 80, 8: 72}
+
+
+def _resident_blocks(device_id, nt, dtype):
+    if SIMULATOR:
+        return _reduce_mod._resident_blocks(device_id, nt)
+    regs = -(-REGISTERS[np.dtype(dtype).itemsize] // 8) * 8
+    per_sm = max(1, min(2048 // nt, 65536 // (regs * nt)))
+    return _launch.sm_count(device_id) * per_sm
+
+
 def binning_dtype(dtype):
     """The dtype items are binned as: float32 for float16/float32, float64 for float64 and
     integers (exact up to 2^53), or None (not supported)."""
@@ -487,7 +501,7 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
     tile = Tile(*tile) if tile is not None else tile_for(dtype)
     nv = tile.nt * tile.vt
     if grid is None:
-        grid = max(1, min(-(-n // nv), _reduce_mod._resident_blocks(b.device_id, tile.nt)))
+        grid = max(1, min(-(-n // nv), _resident_blocks(b.device_id, tile.nt, bn.dtype)))
     spec = Spec(bn.dtype, item if item is not None else _plain_item(), tile, finish,
                 None if finish == "state" else np.dtype(out_dtype))
     partials, counter = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, max(grid, 1))
@@ -739,7 +753,6 @@ def host_finalise(state, dtype):
     c = S1 >> (e0 - e1)
     S1 -= c << (e0 - e1)
     S0 += c
-    low = float((S1 << (e1 - e2)) + S2)
-    v = float(np.float64(S0) * np.float64(2.0 ** (e0 - e2)) + np.float64(low))
+    v = float((np.float64(S0) * np.float64(2.0 ** (e0 - e2)) + np.float64(S1 << (e1 - e2))) + np.float64(S2))
     h = e2 >> 1
     return float(np.float64(v) * np.float64(2.0 ** h) * np.float64(2.0 ** (e2 - h)))
