@@ -52,6 +52,8 @@ def test_sum_bits_and_error_bound(rng, dt):
     assert got.tobytes() == np.asarray(host_sum(x)).tobytes()        # the host model, bit for bit
     b, exact = bound(x, dt)
     assert abs(float(got) - exact) <= b
+    y = spread(rng, 1500, dt)                  # the same Program, new data
+    assert to_host(cufold.sum(to_device(y), deterministic="gpu_to_gpu")) == host_sum(y)
     # reduce(plus) is the same sum; out= is written
     out = cuda.to_device(np.full(1, np.nan, dt))
     cufold.reduce(to_device(x), cufold.plus, deterministic="gpu_to_gpu", out=out)
@@ -188,3 +190,16 @@ def test_gpu_large_launch_shapes(rng, dt):
             assert state(x, tile=tile, grid=grid) == ref, (tile, grid)
     b, exact = bound(x, dt)
     assert abs(float(to_host(cufold.sum(to_device(x), deterministic="gpu_to_gpu"))) - exact) <= b
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes")
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_gpu_segmented_sums(rng, dt):
+    lengths = rng.integers(0, 3000, 2000)
+    lengths[::50] = 0
+    lengths[7] = 200000
+    x = spread(rng, int(lengths.sum()), dt)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    got = to_host(cufold.segmented_reduce(to_device(x), to_device(offsets), deterministic="gpu_to_gpu"))
+    want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:])], dt)
+    assert got.tobytes() == want.tobytes()
