@@ -275,6 +275,8 @@ for dt in (np.float32, np.float64):
     x = arr(dt, n)
     RP._state_plan((P.signature(x), 0, False, None, None), x)
     SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
+unaligned = _arrays.Arr(0x10004, (n,), (1,), np.dtype(np.float32), n, "numba", None, 0)   # 4-byte loads
+RP._state_plan((P.signature(unaligned), 0, False, None, None), unaligned)
 states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
                      "numba", None, 0)
 RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)
@@ -282,5 +284,5 @@ RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float
 RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float64), np.dtype(np.float64)), states)
 for k in compiled:
     if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
-        print("  ok   %s %s" % (k[0][0], k[0][1]))
+        print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
 print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -99,6 +99,8 @@ __all__ = ["sum_state", "combine_states", "finalise", "binning", "STATE_WORDS", 
            "host_state", "host_combine", "host_finalise"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+#: Read float32 items 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``: never), as the plain sum.
+WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
 K = 3                  # bins kept per state
 STATE_WORDS = 5        # a state as int64 words: frame, three bin sums, the specials' sum (float64 bits)
 STATE_VT = ValueType.of((np.int64, np.int64, np.int64, np.int64, np.float64))
@@ -216,19 +218,30 @@ def frame(m):
 
 
 @functools.lru_cache(maxsize=None)
-def _fold_tile(bn, item, nt, vt):
-    """Device function ``(st, xs, base, hi, tid) -> st``: deposit this thread's
+def _fold_tile(bn, item, nt, vt, wide=False):
+    """Device function ``(st, xs, pairs, base, hi, tid) -> st``: deposit this thread's
     items ``base + j * nt + tid < hi`` (``j < vt``) of one tile into its state
-    ``st = (frame, S0, S1, S2, specials, sigma0, s0, inv0, sigma1, ..., inv2)``."""
+    ``st = (frame, S0, S1, S2, specials, sigma0, s0, inv0, sigma1, ..., inv2)``.
+    ``wide``: a full tile is read as 8-byte pairs of 4-byte items (``pairs``, the
+    input as uint64 words; thread ``tid`` takes pairs ``base / 2 + tid + k * nt``),
+    the order of the items being free."""
     if vt > bn.deposits:
         raise ValueError("cufold: a reproducible tile holds at most %d items per thread" % bn.deposits)
     env = _env(bn)
     env.update(item=item, frame=_frame(bn), consts=_consts(bn), shift=_shift, bits=_bits(bn))
-    lines = ["def fold_tile(st, xs, base, hi, tid):",
+    lines = ["def fold_tile(st, xs, pairs, base, hi, tid):",
              "    T, S0, S1, S2, sp, g0, s0, v0, g1, s1, v1, g2, s2, v2 = st",
              "    first = base + tid",
              "    if base + %d <= hi:" % (nt * vt)]
-    lines += ["        x%d = F(item(xs, first + %d))" % (j, j * nt) for j in range(vt)]
+    if wide:
+        env["halves"] = _codegen.build(
+            "def halves(p):\n    return np.uint32(p & LOW).view(F), np.uint32(p >> SHIFT).view(F)\n", "halves",
+            {"F": bn.F, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
+        lines += ["        pair = np.uint64((base >> 1) + tid)"]
+        lines += ["        x%d, x%d = halves(pairs[pair + np.uint64(%d)])" % (2 * k, 2 * k + 1, k * nt)
+                  for k in range(vt // 2)]
+    else:
+        lines += ["        x%d = F(item(xs, first + %d))" % (j, j * nt) for j in range(vt)]
     lines += ["    else:", "        last = hi - 1"]
     for j in range(vt):
         lines += ["        x%d = F(item(xs, min(first + %d, last)))" % (j, j * nt),
@@ -323,7 +336,7 @@ def _plain_item():
     return _codegen.device(_load_item)
 
 
-Spec = collections.namedtuple("Spec", "dtype item tile finish out_dtype")
+Spec = collections.namedtuple("Spec", "dtype item tile finish out_dtype wide", defaults=(False,))
 # finish: "sum", "mean", "sqrt" (the value, divided by n, its square root) or "state"
 
 
@@ -357,7 +370,9 @@ def sum_kernel(spec):
     bn = binning(spec.dtype)
     nt, vt = spec.tile
     nv = nt * vt
-    fold_tile = _fold_tile(bn, spec.item, nt, vt)
+    wide = spec.wide
+    fold_tile = _fold_tile(bn, spec.item, nt, vt, wide)
+    reads = _reduce_mod._reads(wide)      # the input as 8-byte pairs (wide), or itself
     initial = _initial(bn)
     block_reduce = block.reduce(MERGE, STATE_VT, nt)
     merge = MERGE.combine(STATE_VT)
@@ -368,9 +383,10 @@ def sum_kernel(spec):
         tid = cuda.threadIdx.x
         grid = cuda.gridDim.x
         st = initial()
+        pairs, _ = reads(xs, n)
         base = np.int64(cuda.blockIdx.x) * nv
         while base < n:
-            st = fold_tile(st, xs, base, n, tid)
+            st = fold_tile(st, xs, pairs, base, n, tid)
             base += np.int64(grid) * nv
         total = block_reduce((st[0], st[1], st[2], st[3], st[4]))
         if grid == 1:
@@ -423,7 +439,7 @@ def segments_kernel(spec):
             st = initial()
             base = lo
             while base < hi:
-                st = fold_tile(st, xs, base, hi, lane)
+                st = fold_tile(st, xs, xs, base, hi, lane)
                 base += 32 * vt
             total = warp_reduce((st[0], st[1], st[2], st[3], st[4]))
             if lane == 0:
@@ -447,16 +463,20 @@ def tile_for(dtype):
     return Tile(256, 32) if np.dtype(dtype).itemsize <= 4 else Tile(128, 16)
 
 
-#: Registers per thread of the sum kernel (ptxas 13.0, sm_90, default tiles): sizes a grid of
-#: exactly the blocks that fit at once, so that grid-stride tiles do not run in uneven waves.
-REGISTERS = {4: 80, 8: 72}
+#: Registers per thread of the sum kernel (ptxas 13.0, sm_90, default tiles: 80 for float32,
+#: 71 for float64), with a quarter more as headroom for the driver's own compile: the grid
+#: is the blocks that surely fit at once (2 x 256 threads per SM for float32, 5 x 128 for
+#: float64), so that the grid-stride tiles run in one even wave, never in 1.x waves.
+#: ``CUFOLD_REPRO_PER_SM`` (blocks per SM) overrides, for study.
+REGISTERS = {4: 100, 8: 90}
 
 
 def _resident_blocks(device_id, nt, dtype):
     if SIMULATOR:
         return _reduce_mod._resident_blocks(device_id, nt)
+    forced = os.environ.get("CUFOLD_REPRO_PER_SM")
     regs = -(-REGISTERS[np.dtype(dtype).itemsize] // 8) * 8
-    per_sm = max(1, min(2048 // nt, 65536 // (regs * nt)))
+    per_sm = int(forced) if forced else max(1, min(2048 // nt, 65536 // (regs * nt)))
     return _launch.sm_count(device_id) * per_sm
 
 
@@ -502,8 +522,11 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
     nv = tile.nt * tile.vt
     if grid is None:
         grid = max(1, min(-(-n // nv), _resident_blocks(b.device_id, tile.nt, bn.dtype)))
-    spec = Spec(bn.dtype, item if item is not None else _plain_item(), tile, finish,
-                None if finish == "state" else np.dtype(out_dtype))
+    item = item if item is not None else _plain_item()
+    # 8-byte loads of 4-byte items (as the plain sum's): the input itself, contiguous, aligned
+    wide = (WIDE_LOADS and item is _plain_item() and bn.dtype.itemsize == 4 and xs.__class__ is _arrays.Arr
+            and xs.dtype == bn.dtype and xs.ndim == 1 and xs.c_contiguous and not xs.ptr & 7 and tile.vt % 2 == 0 and n >= nv)
+    spec = Spec(bn.dtype, item, tile, finish, None if finish == "state" else np.dtype(out_dtype), wide)
     partials, counter = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, max(grid, 1))
     b.launch(sum_kernel(spec), ("binned_sum", spec), grid, tile.nt, (xs, np.int64(n), partials, counter, out))
 
