@@ -69,9 +69,11 @@ Which kernel runs when
 * whole-array sums and means of contiguous float16/float32 (binned as
   float32) and float64 arrays, and means of integer arrays (binned as float64:
   each item converts exactly up to 2^53): one kernel, grid-stride over tiles
-  of ``NT x VT`` items (``256 x 32`` float32, ``128 x 16`` float64), the last
-  block to arrive folds the blocks' states and writes the result (or the
-  state, for :func:`sum_state`). One pass, no atomics on data, no host sync.
+  of ``NT x VT`` items (``256 x 32`` float32, read 8 bytes a load where the
+  input is 8-byte aligned; ``128 x 16`` float64), as many blocks as surely fit
+  on the GPU at once (:data:`REGISTERS`), the last block to arrive folds the
+  blocks' states and writes the result (or the state, for :func:`sum_state`).
+  One pass, no atomics on data, no host sync.
 * ``segmented_reduce(..., deterministic="gpu_to_gpu")``: a warp per segment
   (grid-stride over segments), lanes fold the segment's tiles, a warp
   reduction of states, lane 0 writes; balanced for segments of similar
@@ -121,7 +123,7 @@ def binning(dtype):
         raise TypeError("cufold: reproducible sums bin float32 or float64 items, not %s" % dt)
     sub = emin - mant                                   # exponent of the smallest subnormal
     offset = width * (math.ceil(-sub / width) + K)      # bin 0 lies below every frame's lowest bin
-    frame = (max(0, 1) - bias + 2 + offset + width - 1) // width - 1   # the frame of |x| = 0
+    frame = (1 - bias + 2 + offset + width - 1) // width - 1   # the frame of |x| = 0 (exponent field 1)
     assert frame - K + 1 >= 0
     return Binning(dt, F, I, mant, bias, width, offset, sub, scale_at, scale, 1 << (mant - width), frame,
                    1 << (64 - width))
