@@ -203,3 +203,19 @@ def test_gpu_segmented_sums(rng, dt):
     got = to_host(cufold.segmented_reduce(to_device(x), to_device(offsets), deterministic="gpu_to_gpu"))
     want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:])], dt)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(SIMULATOR, reason="the driver's occupancy")
+def test_gpu_grid_from_the_drivers_occupancy(rng):
+    """The sum's grid is the blocks that fit at once, as the driver counts them (else an
+    estimate from registers): the query must work on a GPU."""
+    from cufold.device import reproducible as M
+    from cufold.host import launch as L
+    x = to_device(spread(rng, 1 << 22, np.float32))
+    cufold.sum(x, deterministic="gpu_to_gpu")
+    kernels = [k for key, k in L._kernels.items() if "binned_sum" in repr(key[0])]
+    assert kernels
+    for k in kernels:
+        nt = 256 if "nt=256" in repr(k.key) else None
+        if nt:
+            assert M.occupancy(k, 0, nt) >= 2, "occupancy query failed or under 2 blocks of 256"

@@ -261,7 +261,7 @@ print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.
 # Reproducible (gpu_to_gpu) sums: the binned sum kernel per binning dtype and finish (sum, mean,
 # state), the warp-per-segment kernel, the state combine/finalise kernel.
 RP = importlib.import_module("cufold.device.reproducible")
-RP._resident_blocks = lambda dev, nt, dt: 132 * 3
+RP._resident_blocks = lambda *args: 132 * 3
 before = len(compiled)
 for dt in (np.float32, np.float64, np.float16):
     x = arr(dt, n)

@@ -473,13 +473,29 @@ def tile_for(dtype):
 REGISTERS = {4: 100, 8: 90}
 
 
-def _resident_blocks(device_id, nt, dtype):
+def _resident_blocks(device_id, nt, dtype, kernel=None):
+    """Blocks of ``nt`` threads that run at once: the driver's occupancy of the compiled
+    ``kernel`` where it can be asked, else the :data:`REGISTERS` estimate."""
     if SIMULATOR:
         return _reduce_mod._resident_blocks(device_id, nt)
     forced = os.environ.get("CUFOLD_REPRO_PER_SM")
-    regs = -(-REGISTERS[np.dtype(dtype).itemsize] // 8) * 8
-    per_sm = int(forced) if forced else max(1, min(2048 // nt, 65536 // (regs * nt)))
+    per_sm = int(forced) if forced else (occupancy(kernel, device_id, nt) if kernel is not None else None)
+    if not per_sm:
+        regs = -(-REGISTERS[np.dtype(dtype).itemsize] // 8) * 8
+        per_sm = max(1, min(2048 // nt, 65536 // (regs * nt)))
     return _launch.sm_count(device_id) * per_sm
+
+
+def occupancy(kernel, device_id, nt):
+    """Blocks of ``nt`` threads of ``kernel`` (a ``launch.Kernel``) resident per SM, as the
+    driver computes it (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), or None."""
+    try:
+        from cuda.bindings import driver as cbd
+        func, _ = kernel._entry(device_id)
+        err, count = cbd.cuOccupancyMaxActiveBlocksPerMultiprocessor(cbd.CUfunction(int(func)), nt, 0)
+        return int(count) if err == cbd.CUresult.CUDA_SUCCESS and count > 0 else None
+    except Exception:
+        return None
 
 
 def binning_dtype(dtype):
@@ -522,13 +538,17 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
                          % (bn.dtype, 64 - bn.width, n))
     tile = Tile(*tile) if tile is not None else tile_for(dtype)
     nv = tile.nt * tile.vt
-    if grid is None:
-        grid = max(1, min(-(-n // nv), _resident_blocks(b.device_id, tile.nt, bn.dtype)))
     item = item if item is not None else _plain_item()
     # 8-byte loads of 4-byte items (as the plain sum's): the input itself, contiguous, aligned
     wide = (WIDE_LOADS and item is _plain_item() and bn.dtype.itemsize == 4 and xs.__class__ is _arrays.Arr
             and xs.dtype == bn.dtype and xs.ndim == 1 and xs.c_contiguous and not xs.ptr & 7 and tile.vt % 2 == 0 and n >= nv)
     spec = Spec(bn.dtype, item, tile, finish, None if finish == "state" else np.dtype(out_dtype), wide)
+    if grid is None:
+        kernel = None
+        if not SIMULATOR:     # the Kernel b.launch will use (same argument layouts), to ask its occupancy
+            like = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, 1)
+            kernel = _launch.kernel_for(sum_kernel(spec), ("binned_sum", spec), (xs, np.int64(n)) + like + (out,))
+        grid = max(1, min(-(-n // nv), _resident_blocks(b.device_id, tile.nt, bn.dtype, kernel)))
     partials, counter = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, max(grid, 1))
     b.launch(sum_kernel(spec), ("binned_sum", spec), grid, tile.nt, (xs, np.int64(n), partials, counter, out))
 
