@@ -64,8 +64,9 @@ def test_sum_bits_and_error_bound(rng, dt):
 def test_state_same_for_every_tile_and_grid(rng, dt):
     x = spread(rng, 700, dt)
     ref = R.host_state(x)
-    for tile, grid in (((32, 1), 1), ((32, 4), 3), ((64, 2), 2), ((32, 8), 5), ((96, 3), 4)):
-        assert as_tuple(state(x, tile=tile, grid=grid)) == ref, (tile, grid)
+    for tile, grid, wide in (((32, 1), 1, None), ((32, 4), 3, True), ((64, 2), 2, False), ((32, 8), 5, True),
+                             ((96, 3), 4, None)):
+        assert as_tuple(state(x, tile=tile, grid=grid, wide=wide)) == ref, (tile, grid, wide)
 
 
 def test_sum_same_under_tile_override(rng, monkeypatch):
@@ -187,7 +188,7 @@ def test_gpu_large_launch_shapes(rng, dt):
     vts = (1, 8, 32) if dt == np.float32 else (1, 4, 16)
     for tile in ((32, vts[0]), (128, vts[1]), (256, vts[2]), (512, vts[1])):   # 1024 x 80 registers: too many
         for grid in (1, 7, 264, 1000):
-            assert state(x, tile=tile, grid=grid) == ref, (tile, grid)
+            assert state(x, tile=tile, grid=grid, wide=grid % 2 == 0) == ref, (tile, grid)
     b, exact = bound(x, dt)
     assert abs(float(to_host(cufold.sum(to_device(x), deterministic="gpu_to_gpu"))) - exact) <= b
 

@@ -273,10 +273,10 @@ for dt in (np.float32, np.int32):
     mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
 for dt in (np.float32, np.float64):
     x = arr(dt, n)
-    RP._state_plan((P.signature(x), 0, False, None, None), x)
+    RP._state_plan((P.signature(x), 0, False, None, None, True), x)     # 8-byte loads (float32)
     SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
 unaligned = _arrays.Arr(0x10004, (n,), (1,), np.dtype(np.float32), n, "numba", None, 0)   # 4-byte loads
-RP._state_plan((P.signature(unaligned), 0, False, None, None), unaligned)
+RP._state_plan((P.signature(unaligned), 0, False, None, None, True), unaligned)
 states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
                      "numba", None, 0)
 RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)

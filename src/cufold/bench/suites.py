@@ -485,8 +485,24 @@ def reduce_cases(env, dtypes):
     return cases
 
 
+def cf_repro_state(wide):
+    """``cufold.reproducible.sum_state(x, wide=wide)`` timed (the binned sum's kernel with 8- or
+    4-byte loads of float32 items), checked through ``finalise``."""
+    def make(ctx):
+        cf = ctx.mod("cufold")
+        rep = getattr(cf, "reproducible", None)
+        if rep is None:
+            raise Skip("cufold.reproducible missing")
+        f = functools.partial(rep.sum_state, wide=wide)
+        dt = ctx.dtype
+        return Prepared(f, ctx.views("cufold"), lambda a: rep.finalise(f(a), dt))
+    return make
+
+
 def reproducible_cases(env, dtypes):
-    """Plain ``cufold.sum`` against ``deterministic="gpu_to_gpu"`` (binned) and torch.sum."""
+    """Plain ``cufold.sum`` against ``deterministic="gpu_to_gpu"`` (binned) and torch.sum; for
+    float32 the binned kernel with 8-byte and with 4-byte loads (which is the default is a
+    measurement: ``reproducible.WIDE_LOADS``)."""
     cases = []
     for dt in ("float32", "float64"):
         if dt not in dtypes:
@@ -497,6 +513,9 @@ def reproducible_cases(env, dtypes):
                       requires="sum"),
             Candidate("torch.sum", "torch", "peer", torch_call("sum")),
         ]
+        if dt == "float32":
+            cands[2:2] = [Candidate("cufold.reproducible.sum_state[%d-byte loads]" % (8 if w else 4), "cufold",
+                                    "cufold", cf_repro_state(w)) for w in (True, False)]
         cases.append(Case("sum/%s" % dt, "sum", "sum %s, plain and reproducible (gpu_to_gpu)" % dt, dt, "grid",
                           np.dtype(dt).itemsize, "sum", check_sum, cands))
     return cases

@@ -101,8 +101,10 @@ __all__ = ["sum_state", "combine_states", "finalise", "binning", "STATE_WORDS", 
            "host_state", "host_combine", "host_finalise"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
-#: Read float32 items 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``: never), as the plain sum.
-WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
+#: Read float32 items 8 bytes a load where aligned (as the plain sum), by default? The 8-byte
+#: kernel takes 94 registers (2 blocks of 256 per SM), the 4-byte one 80 (3 blocks): 4-byte
+#: loads until measured (bench ``reproducible`` times both; ``CUFOLD_REPRO_WIDE=1`` switches).
+WIDE_LOADS = os.environ.get("CUFOLD_REPRO_WIDE", "0") == "1"
 K = 3                  # bins kept per state
 STATE_WORDS = 5        # a state as int64 words: frame, three bin sums, the specials' sum (float64 bits)
 STATE_VT = ValueType.of((np.int64, np.int64, np.int64, np.int64, np.float64))
@@ -524,14 +526,15 @@ def _item_for(in_dtype, bin_dtype):
     return fn
 
 
-def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, tile=None, grid=None):
+def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, tile=None, grid=None, wide=None):
     """Add a binned sum's launch to Program builder ``b`` (``host.programs``): ``xs`` the
     input Arr (or what ``item`` reads), ``n`` items, ``item(xs, i)`` a device function
     giving item ``i`` (default: ``xs[i]``; a fused transform, e.g. ``xs[0][i] * xs[1][i]``
     for a dot product, goes here), ``dtype`` the binning dtype (float32 or float64),
     ``finish`` "sum", "mean", "sqrt" (a 2-norm from squares) or "state", ``out`` a
     1-element Arr of ``out_dtype`` (5 int64 words for "state"). ``tile``/``grid``
-    override the launch shape (tests: the result must not change)."""
+    override the launch shape (tests: the result must not change), ``wide`` whether
+    aligned float32 input is read 8 bytes a load (None: :data:`WIDE_LOADS`)."""
     bn = binning(dtype)
     if n >= bn.max_items:
         raise ValueError("cufold: a reproducible %s sum takes fewer than 2^%d items; got %d"
@@ -540,8 +543,9 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
     nv = tile.nt * tile.vt
     item = item if item is not None else _plain_item()
     # 8-byte loads of 4-byte items (as the plain sum's): the input itself, contiguous, aligned
-    wide = (WIDE_LOADS and item is _plain_item() and bn.dtype.itemsize == 4 and xs.__class__ is _arrays.Arr
-            and xs.dtype == bn.dtype and xs.ndim == 1 and xs.c_contiguous and not xs.ptr & 7 and tile.vt % 2 == 0 and n >= nv)
+    wide = ((WIDE_LOADS if wide is None else wide) and item is _plain_item() and bn.dtype.itemsize == 4
+            and xs.__class__ is _arrays.Arr and xs.dtype == bn.dtype and xs.ndim == 1 and xs.c_contiguous
+            and not xs.ptr & 7 and tile.vt % 2 == 0 and n >= nv)
     spec = Spec(bn.dtype, item, tile, finish, None if finish == "state" else np.dtype(out_dtype), wide)
     if grid is None:
         kernel = None
@@ -618,7 +622,7 @@ def plan_segments(b, arrs, off, m, op, init, dtype):
 # --- the public state helpers -----------------------------------------------------------------
 
 def _state_plan(key, *arrays):
-    _, h, given_stream, tile, grid = key
+    _, h, given_stream, tile, grid, wide = key
     (a,) = arrays
     bin_dt = binning_dtype(a.dtype)
     if bin_dt is None or a.dtype.kind not in "f" or not a.c_contiguous:
@@ -630,20 +634,21 @@ def _state_plan(key, *arrays):
         x = _arrays.window(x, 0, (a.size,), (1,))
     out = b.output(x, (STATE_WORDS,), np.int64)
     sum_plan(b, x, a.size, out, dtype=bin_dt, finish="state", item=_item_for(a.dtype, bin_dt), tile=tile,
-             grid=grid)
+             grid=grid, wide=wide)
     return b.build()
 
 
 _STATES = _programs.Programs(_state_plan, "cufold.reproducible.sum_state")
 
 
-def sum_state(x, *, stream=None, tile=None, grid=None):
+def sum_state(x, *, stream=None, tile=None, grid=None, wide=None):
     """The binned state of ``x``'s sum: a device int64 array of :data:`STATE_WORDS`
     words (``x``'s library), to combine with others (:func:`combine_states`) and
     finalise (:func:`finalise`). float16 items are binned as float32.
 
-    ``tile=(threads, items_per_thread)`` and ``grid=blocks`` change the launch
-    (for tests and study): the state never changes with them.
+    ``tile=(threads, items_per_thread)``, ``grid=blocks`` and ``wide`` (8-byte loads
+    of float32 items) change the launch (for tests and study): the state never changes
+    with them.
 
     Example (a sum over two GPUs' pieces, the same bits as one sum)::
 
@@ -653,7 +658,7 @@ def sum_state(x, *, stream=None, tile=None, grid=None):
     """
     a = _arrays.describe(x)
     h = _arrays.stream_handle(a, stream)
-    return _STATES.run((_programs.signature(a), h, stream is not None, tile, grid), a)
+    return _STATES.run((_programs.signature(a), h, stream is not None, tile, grid, wide), a)
 
 
 def _combine_kernel_plan(key, *arrays):
