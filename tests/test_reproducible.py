@@ -154,7 +154,7 @@ def test_segmented_sums(rng, dt):
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     got = to_host(cufold.segmented_reduce(to_device(x), to_device(offsets), deterministic="gpu_to_gpu"))
     assert got.dtype == dt
-    want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:])], dt)
+    want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)], dt)
     assert got.tobytes() == want.tobytes()
 
 
@@ -202,7 +202,7 @@ def test_gpu_segmented_sums(rng, dt):
     x = spread(rng, int(lengths.sum()), dt)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     got = to_host(cufold.segmented_reduce(to_device(x), to_device(offsets), deterministic="gpu_to_gpu"))
-    want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:])], dt)
+    want = np.array([host_sum(x[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)], dt)
     assert got.tobytes() == want.tobytes()
 
 

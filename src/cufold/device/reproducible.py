@@ -118,16 +118,16 @@ def binning(dtype):
     """The bin layout for items of ``dtype`` (float32 or float64): see the module doc."""
     dt = np.dtype(dtype)
     if dt == np.float32:
-        F, I, mant, bias, emin, width, scale_at, scale = np.float32, np.int32, 23, 127, -126, 18, 40, 64
+        F, Int, mant, bias, emin, width, scale_at, scale = np.float32, np.int32, 23, 127, -126, 18, 40, 64
     elif dt == np.float64:
-        F, I, mant, bias, emin, width, scale_at, scale = np.float64, np.int64, 52, 1023, -1022, 30, 512, 512
+        F, Int, mant, bias, emin, width, scale_at, scale = np.float64, np.int64, 52, 1023, -1022, 30, 512, 512
     else:
         raise TypeError("cufold: reproducible sums bin float32 or float64 items, not %s" % dt)
     sub = emin - mant                                   # exponent of the smallest subnormal
     offset = width * (math.ceil(-sub / width) + K)      # bin 0 lies below every frame's lowest bin
     frame = (1 - bias + 2 + offset + width - 1) // width - 1   # the frame of |x| = 0 (exponent field 1)
     assert frame - K + 1 >= 0
-    return Binning(dt, F, I, mant, bias, width, offset, sub, scale_at, scale, 1 << (mant - width), frame,
+    return Binning(dt, F, Int, mant, bias, width, offset, sub, scale_at, scale, 1 << (mant - width), frame,
                    1 << (64 - width))
 
 
