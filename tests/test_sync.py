@@ -61,6 +61,10 @@ def _calls(rng):
         ("histogram (range of the data)", 1, lambda: cufold.histogram(x, 32)),
         ("histogram device edges", 1, lambda: cufold.histogram(x, edges)),
         ("bincount", 1, lambda: cufold.bincount(xi, minlength=64)),
+        ("sum gpu_to_gpu", 0, lambda: cufold.sum(x, deterministic="gpu_to_gpu")),
+        ("segmented_reduce gpu_to_gpu", 0, lambda: cufold.segmented_reduce(x, offsets, deterministic="gpu_to_gpu")),
+        ("reproducible.finalise(sum_state)", 0,
+         lambda: cufold.reproducible.finalise(cufold.reproducible.sum_state(x), np.float32)),
     ]
 
 
@@ -75,7 +79,7 @@ def test_every_public_function_is_listed():
         assert inspect.getdoc(getattr(cufold, n)), n
 
 
-@pytest.mark.parametrize("row", range(29))
+@pytest.mark.parametrize("row", range(32))
 def test_waits_for_the_device(row, rng, host_waits):
     name, expected, call = _calls(rng)[row]
     call()                      # plans (uploads of constants happen here, once)

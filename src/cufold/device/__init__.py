@@ -25,7 +25,7 @@ from .histogram import bincount, histogram
 from .bykey import reduce_by_key_into
 from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; registers its algorithms)
 
-__all__ = ["reproducible", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
+__all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
            "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
 
