@@ -220,3 +220,21 @@ def test_gpu_grid_from_the_drivers_occupancy(rng):
         nt = 256 if "nt=256" in repr(k.key) else None
         if nt:
             assert M.occupancy(k, 0, nt) >= 2, "occupancy query failed or under 2 blocks of 256"
+
+
+def test_sum_plan_takes_a_fused_item(rng):
+    """sum_plan's ``item`` hook (for dot and norm): a reproducible dot product of two
+    arrays in one kernel, the same bits as the binned sum of the materialised products."""
+    from cufold import _codegen
+    from cufold.host import arrays as A, programs as P
+    x, y = spread(rng, 900, np.float32), spread(rng, 900, np.float32)
+    dx, dy = to_device(x), to_device(y)
+    product = _codegen.build("def item(xs, i):\n    return xs[0][np.uint64(i)] * xs[1][np.uint64(i)]\n", "item")
+    ax, ay = A.describe(dx), A.describe(dy)
+    b = P.Builder(ax.device_id, A.stream_handle(ax, None), None)
+    ix, iy = b.input(ax), b.input(ay)
+    out = b.output(ix, (), np.float32)
+    R.sum_plan(b, (ix, iy), ax.size, A.window(out, 0, (1,), (1,)), dtype=np.float32, out_dtype=np.float32,
+               item=product)
+    got = to_host(b.build()(ax, ay))
+    assert got == host_sum(x * y)
