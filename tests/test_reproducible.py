@@ -238,3 +238,31 @@ def test_sum_plan_takes_a_fused_item(rng):
                item=product)
     got = to_host(b.build()(ax, ay))
     assert got == host_sum(x * y)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_frames_rising_and_falling(rng, dt):
+    """Items sorted by magnitude: each thread's frame rises tile after tile (bins dropped
+    on the way), or starts at the top; both give the state of the whole."""
+    x = (rng.choice([-1.0, 1.0], 800) * 2.0 ** rng.uniform(-120, 120, 800)).astype(dt)
+    up = x[np.argsort(np.abs(x))]
+    ref = R.host_state(x)
+    assert as_tuple(state(up, tile=(32, 2), grid=2)) == ref
+    assert as_tuple(state(up[::-1].copy(), tile=(32, 2), grid=3)) == ref
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's fma")
+def test_simulator_fma_rounds_once():
+    @cuda.jit
+    def k(a, out):
+        out[0] = cuda.fma(a[0], a[0], a[1])
+        out[1] = cuda.fma(a[2], a[2], a[3])
+
+    a32 = np.array([1 + 2.0 ** -12, -1, 0, 0], np.float32)
+    out32 = np.zeros(2, np.float32)
+    k[1, 1](a32, out32)
+    assert out32[0] == np.float32(2.0 ** -11 + 2.0 ** -24)
+    a64 = np.array([1 + 2.0 ** -27, -1, 2.0 ** 1000, -2.0 ** 1023], np.float64)
+    out64 = np.zeros(2, np.float64)
+    k[1, 1](a64, out64)
+    assert out64[0] == 2.0 ** -26 + 2.0 ** -54 and out64[1] == np.inf
