@@ -46,7 +46,7 @@ def fake_kernel_for(fn, key, args):
     k = (key, sig)
     if k not in compiled:
         t = time.time()
-        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), **L.jit_options_of(fn))
         compiled[k] = time.time() - t
         if DUMP:
             os.makedirs(DUMP, exist_ok=True)
@@ -145,6 +145,33 @@ SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmente
 SEG._plan_segmented((f32, i32), offsets, cufold.minmax, None, None, 0, None, "segmented_reduce")
 SEG._plan_count_runs((i32,), 0)
 SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None)
+# Segmented scans: heads from CSR offsets (partition + scan) and from keys; scalar, float16,
+# tuple (non-commutative, no identity) values; integer, float and tuple keys; both kinds.
+SS = importlib.import_module("cufold.device.segscan")
+ss_before = len(compiled)
+affine = cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1]), name="affine")
+i64n = arr(np.int64, n)
+for exclusive in (False, True):
+    SS._plan((f32,), (offsets,), None, cufold.plus, exclusive, None, None, 0, None, "segmented_scan")
+    SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.plus, exclusive, None, None, 0, None, "scan_by_key")
+    SS._plan((i64n, i64n), (arr(np.int32, 1001),), None, affine, exclusive, (1, 0) if exclusive else None, None,
+             0, None, "segmented_scan")
+SS._plan((arr(np.float16, n),), (arr(np.uint8, 1001),), None, cufold.maximum, False, None, None, 0, None,
+         "segmented_scan")
+SS._plan((i64n, i64n), (f32, arr(np.int8, n)), ValueType.of((np.float32, np.int8)), affine, False, None, None, 0,
+         None, "scan_by_key")
+SS._plan((arr(np.int8, n),), (arr(np.float64, n),), ValueType.of(np.float64), cufold.plus, True, 3,
+         np.int64, 0, None, "scan_by_key")
+SS._plan((f32, i64n), (offsets,), None, cufold.argmin, False, None, None, 0, None, "segmented_scan")
+SS._plan((arr(np.bool_, n),), (i64n,), ValueType.of(np.int64), cufold.logical_or, True, None, None, 0, None,
+         "scan_by_key")
+ss_keys = [k[0] for k in list(compiled)[ss_before:]]
+for key in ss_keys:
+    spec = key[1]
+    what = ("%s %s -> %s, %s" % (spec.op.name, spec.in_vt, spec.out_vt,
+                                 "offsets" if spec.key_vt is None else "keys %s" % spec.key_vt)
+            if key[0] == "segscan" else "nv=%d" % spec)
+    print("  ok   %s %s%s" % (key[0], what, " exclusive" if key[0] == "segscan" and spec.exclusive else ""))
 out64 = arr(np.float64, 10**6)
 for alg in BK.ALGORITHMS:
     for det, check in ((False, True), (False, False)) if alg != "sorted" else ((True, True), (False, False)):
@@ -187,6 +214,9 @@ tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
 del os.environ["CUFOLD_BYKEY_TUPLE_ROWS"]
 tuple_plan(cufold.argmax, (i32, i32), (oi32, oi32), "packed")
 tuple_plan(cufold.argmin, (arr(np.uint32, n), arr(np.uint32, n)), (ou32, ou32), "packed")
+BT.KEPT_WORDS_MAX = 0                                 # packed's words filled per call (many keys)
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+BT.KEPT_WORDS_MAX = 1 << 22
 tuple_plan(cufold.welford, (f64,), (o64, o64, o64), "two_pass")
 tuple_plan(cufold.welford, (f32,), (o32, o32, o32), "two_pass", check=False)
 tuple_plan(cufold.argmax, (f64,), (o64, oi64), "grouped")
@@ -257,6 +287,20 @@ for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide 
                    for k in axis_keys}, key=str):
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Fills (launch.fill): empty inputs' results, 1-D and along an axis, scalar and tuple values.
+before = len(compiled)
+for reduction, shape, axes in [(D._SUM, (0,), None), (moments, (0,), None), (D._SUM, (4, 0), (1,)),
+                               (D._MAX, (3, 0), (1,)),
+                               (moments, (6, 0), (1,))]:
+    x = view(np.float32, shape, (shape[-1], 1)[-len(shape):] if len(shape) > 1 else (1,))
+    try:
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    except ValueError as e:                   # no identity: the error, no kernel
+        print("  --   %s of %s: %s" % (reduction.name, shape, e))
+fills = sorted({str(k[0]) for k in compiled if isinstance(k[0], tuple) and k[0][0] == "fill"})
+print("  ok   %s" % "\n  ok   ".join(fills))
+print("%d fill kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
 
 # Reproducible (gpu_to_gpu) sums: the binned sum kernel per binning dtype and finish (sum, mean,
 # state), the warp-per-segment kernel, the state combine/finalise kernel.

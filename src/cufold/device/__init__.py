@@ -21,13 +21,15 @@ from . import reproducible
 from ..host.dispatch import algorithms
 from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
 from .segmented import reduce_by_key, segmented_reduce
+from .segscan import exclusive_scan_by_key, inclusive_scan_by_key, segmented_scan
 from .histogram import bincount, histogram
 from .bykey import reduce_by_key_into
 from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; registers its algorithms)
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
-           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
+           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
+           "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key"]
 
 
 def _flat(a):
@@ -133,15 +135,14 @@ class _Reduction:
         if n == 0 and lift == "welford":
             # NumPy: the mean (and variance) of nothing is NaN, with a warning (at every call).
             nan = tuple(np.nan for _ in out_vt.fields)
-            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1,
-                     (outs, out_vt.make(nan if out_vt.is_tuple else nan[0])))
+            _launch.fill(b, out_vt, outs, 1, nan if out_vt.is_tuple else nan[0])
             b.after(lambda arrays, values: warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=4))
         elif n == 0:
             value = init if init is not None else prep.op.identity_for(prep.acc_vt)
             if self.needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
                                  % (self.name if self.needs_items else prep.op.name))
-            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1, (outs, out_vt.make(value)))
+            _launch.fill(b, out_vt, outs, 1, value)
         else:
             p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, n, like.device_id, algorithm,
                                  lift=lift, project=project, ddof=ddof, deterministic=deterministic)

@@ -42,7 +42,7 @@ from numba import config, cuda
 
 from .. import _codegen, block
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
-from ..host.launch import Tile, fill_kernel
+from ..host.launch import Tile, fill
 
 #: The last block folds at most this many partials per thread (bounds the grid).
 PARTIALS_PER_THREAD = 8
@@ -590,7 +590,7 @@ def run(b, plan_, xs, n, outs, init):
     partials, counter = _workspace(b.device_id, b.stream, acc_vt, max(partial_count, 1))
     if spec.finish in ("atomic_warp", "atomic_block"):
         start = init_value if has_init else spec.op.identity_for(acc_vt)
-        b.launch(fill_kernel(spec.out_vt), ("fill", spec.out_vt), 1, 1, (outs, start))
+        fill(b, spec.out_vt, outs, 1, start)
     b.launch(reduce_kernel(spec), ("reduce", spec), grid, nt, (xs, n, partials, counter, outs, init_value, has_init))
     if spec.finish != "partials":
         return
