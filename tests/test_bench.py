@@ -951,3 +951,13 @@ def test_axes_cases_floor_and_targets():
     out = io.StringIO()
     assert bench.main(["axes", "--dry-run", "--layouts", "z", "--reductions", "sum"], stdout=out) == 0
     assert out.getvalue().count("axis=") == 6
+
+
+def test_reproducible_candidates_through_numba():
+    recs = _measure_cufold_once(lambda env: S.reproducible_cases(env, ("float32", "float64")), 10)
+    assert [r["label"] for r in recs] == ["cufold.sum", "cufold.sum[gpu_to_gpu]",
+                                          "cufold.reproducible.sum_state[8-byte loads]",
+                                          "cufold.reproducible.sum_state[4-byte loads]",
+                                          "cufold.sum", "cufold.sum[gpu_to_gpu]"]
+    for rec in recs:
+        assert rec["status"] == "ok", rec

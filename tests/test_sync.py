@@ -64,6 +64,10 @@ def _calls(rng):
         ("histogram (range of the data)", 1, lambda: cufold.histogram(x, 32)),
         ("histogram device edges", 1, lambda: cufold.histogram(x, edges)),
         ("bincount", 1, lambda: cufold.bincount(xi, minlength=64)),
+        ("sum gpu_to_gpu", 0, lambda: cufold.sum(x, deterministic="gpu_to_gpu")),
+        ("segmented_reduce gpu_to_gpu", 0, lambda: cufold.segmented_reduce(x, offsets, deterministic="gpu_to_gpu")),
+        ("reproducible.finalise(sum_state)", 0,
+         lambda: cufold.reproducible.finalise(cufold.reproducible.sum_state(x), np.float32)),
     ]
 
 

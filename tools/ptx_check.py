@@ -305,3 +305,32 @@ for reduction, shape, axes in [(D._SUM, (0,), None), (moments, (0,), None), (D._
 fills = sorted({str(k[0]) for k in compiled if isinstance(k[0], tuple) and k[0][0] == "fill"})
 print("  ok   %s" % "\n  ok   ".join(fills))
 print("%d fill kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Reproducible (gpu_to_gpu) sums: the binned sum kernel per binning dtype and finish (sum, mean,
+# state), the warp-per-segment kernel, the state combine/finalise kernel.
+RP = importlib.import_module("cufold.device.reproducible")
+RP._resident_blocks = lambda *args: 132 * 3
+before = len(compiled)
+for dt in (np.float32, np.float64, np.float16):
+    x = arr(dt, n)
+    D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+mean_r = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
+                      needs_items=True)
+for dt in (np.float32, np.int32):
+    x = arr(dt, n)
+    mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+for dt in (np.float32, np.float64):
+    x = arr(dt, n)
+    RP._state_plan((P.signature(x), 0, False, None, None, True), x)     # 8-byte loads (float32)
+    SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
+unaligned = _arrays.Arr(0x10004, (n,), (1,), np.dtype(np.float32), n, "numba", None, 0)   # 4-byte loads
+RP._state_plan((P.signature(unaligned), 0, False, None, None, True), unaligned)
+states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
+                     "numba", None, 0)
+RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float32), np.dtype(np.float32)), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float64), np.dtype(np.float64)), states)
+for k in compiled:
+    if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
+        print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
+print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
