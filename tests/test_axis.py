@@ -258,6 +258,29 @@ def test_kernel_choice_and_results(rng, shape, axes, expect, simulator_limits):
     np.testing.assert_array_equal(host(got[1]), rb)
 
 
+@pytest.mark.parametrize("shape, axis, per", [((2, 2048), 0, 4), ((2, 1030), 0, 2), ((4, 2, 512), 1, 4)])
+def test_short_columns_take_several_outputs_a_thread(rng, shape, axis, per, simulator_limits):
+    """Columns of a few items: a thread folds ``per`` neighbouring outputs (one unravel)."""
+    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    layout = axis_mod.plan_layout(shape, strides, (axis,), True)
+    s = axis_mod.schedule(layout, axis_mod.limits(0))
+    assert (s.kernel, s.ty, s.split, s.per) == ("columns", 1, 1, per)
+    x = rng.integers(-50, 50, shape).astype(np.int32)
+    d = cuda.to_device(x)
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.sum(d, axis=axis)), x.sum(axis=axis))
+    np.testing.assert_array_equal(host(cufold.argmax(d, axis=axis)), x.argmax(axis=axis))
+    m, v = cufold.mean_var(d, axis=axis)
+    np.testing.assert_allclose(host(m), x.mean(axis=axis), rtol=1e-6)
+    np.testing.assert_allclose(host(v), x.var(axis=axis), rtol=1e-6)
+    a = rng.choice([-1, 1], shape).astype(np.int64)
+    b = rng.integers(-3, 4, shape).astype(np.int64)
+    got = cufold.reduce((cuda.to_device(a), cuda.to_device(b)), AFFINE, axis=(axis,), init=(1, 0))
+    ra, rb = _affine_fold(a, b, (axis,))
+    np.testing.assert_array_equal(host(got[0]), ra)
+    np.testing.assert_array_equal(host(got[1]), rb)
+
+
 @pytest.mark.parametrize("view", ["rows_strided", "cols_strided", "transposed"])
 def test_full_reduction_of_views_uses_every_block(rng, view, simulator_limits):
     """A full reduction of a view that does not collapse splits over blocks (never one warp)."""

@@ -890,6 +890,24 @@ def test_calls_rows_of_cufold_through_numba():
         assert rec["status"] == "ok", rec
 
 
+def test_segscan_rows_of_cufold_through_numba():
+    """The segscan suite's cufold candidates run and pass their checks (2^9 values:
+    short segments, one long one), and the check catches a wrong scan."""
+    recs = _measure_cufold_once(lambda env: S.build_cases("segscan", env), 9)
+    assert [r["case"] for r in recs] == ["segscan/short", "scan_by_key/short", "segscan/long", "scan_by_key/long"]
+    for rec in recs:
+        assert rec["status"] == "ok", rec
+    from cufold.bench import segscan as SS
+    offsets, keys = SS.layout("short", 1 << 9)
+    assert offsets[0] == 0 and offsets[-1] == 1 << 9 and keys.size == 1 << 9
+    x = np.arange(1 << 9, dtype=np.float32)
+    c = S.CheckCtx(None, x, None, 1 << 9, np.float32)
+    ref, _ = SS.reference(x, offsets)
+    check = SS._with_layout(SS._check(1e-6, False), "short")
+    assert check(ref.astype(np.float32), c)[0]
+    assert not check(np.cumsum(x), c)[0]
+
+
 def test_per_call_loops_take_turns():
     """The wall-clock loops of a case's candidates alternate (A B A B ...), so a drift
     of the host's speed falls on all of them; a candidate that fails is left out."""
@@ -955,3 +973,12 @@ def test_pyg_suite_through_numba():
     for rec in recs:
         assert rec["status"] == "ok", rec
     assert "F = 33, shuffled destinations" in pyg.format_results(results)
+
+def test_reproducible_candidates_through_numba():
+    recs = _measure_cufold_once(lambda env: S.reproducible_cases(env, ("float32", "float64")), 10)
+    assert [r["label"] for r in recs] == ["cufold.sum", "cufold.sum[gpu_to_gpu]",
+                                          "cufold.reproducible.sum_state[8-byte loads]",
+                                          "cufold.reproducible.sum_state[4-byte loads]",
+                                          "cufold.sum", "cufold.sum[gpu_to_gpu]"]
+    for rec in recs:
+        assert rec["status"] == "ok", rec

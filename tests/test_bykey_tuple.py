@@ -424,3 +424,25 @@ def test_empty_out(op, algorithm):
         call(keys, values, outs, op, algorithm=algorithm)
     got = call(keys, values, outs, op, algorithm=algorithm, check=False)
     assert all(g.size == 0 for g in got)
+
+
+@pytest.mark.parametrize("op", [cufold.argmax, cufold.argmin], ids=["argmax", "argmin"])
+@pytest.mark.parametrize("kept", [True, False], ids=["kept-words", "filled-words"])
+def test_packed_words_start_empty_on_every_call(op, kept, monkeypatch, rng):
+    """The packed words are reset by each call's finishing pass (kept scratch) or filled
+    first (above ``KEPT_WORDS_MAX`` keys): a later call on other keys sees none of the
+    first call's (large) values."""
+    monkeypatch.setattr(BT, "KEPT_WORDS_MAX", M if kept else M - 1)
+    BT._programs_by_key.clear()                  # plans made under the other setting
+    largest = op is cufold.argmax
+    try:
+        for scale in (1000, 1, 1):
+            keys = make_keys(rng)
+            x = rng.normal(size=N).astype(np.float32) * scale
+            prior = (np.full(M, -np.inf if largest else np.inf, np.float32), np.full(M, -1, np.int64))
+            got = call(keys, x, prior, op, algorithm="packed")
+            rv, rp = arg_reference(keys, x, np.arange(N), *prior, largest)
+            np.testing.assert_array_equal(got[0], rv)
+            np.testing.assert_array_equal(got[1], rp)
+    finally:
+        BT._programs_by_key.clear()

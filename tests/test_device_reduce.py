@@ -320,6 +320,22 @@ def test_mean_var(rng, n):
     assert np.isclose(v, np.var(xd), rtol=1e-6, atol=1e-9)
 
 
+def test_mean_alone_of_every_algorithm_and_of_nothing(rng):
+    """``mean`` alone reduces (count, sum), not Welford's state: every algorithm, axes,
+    and NaN with NumPy's warning for an empty input or an empty axis."""
+    x = rng.standard_normal(ONE_SIZE) + 1e3
+    for alg in ORDERED:
+        assert np.isclose(host(cufold.mean(dev(x), algorithm=alg)), np.mean(x), rtol=1e-13)
+    x2 = rng.standard_normal((37, 45)).astype(np.float32)
+    for axis in (0, 1, None, (0, 1)):
+        np.testing.assert_allclose(host(cufold.mean(dev(x2), axis=axis)),
+                                   x2.astype(np.float64).mean(axis=axis), rtol=1e-6)
+    with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+        assert np.isnan(host(cufold.mean(dev(np.zeros(0, np.float32)))))
+    got = host(cufold.mean(dev(np.zeros((3, 0), np.float32)), axis=1))
+    assert got.shape == (3,) and np.isnan(got).all()
+
+
 @pytest.mark.parametrize("algorithm", ORDERED)
 def test_moments_every_algorithm(rng, algorithm):
     x = rng.standard_normal(ONE_SIZE)

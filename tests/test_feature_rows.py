@@ -8,6 +8,7 @@ cross many spans and the piece levels run; F of 1, 3, 32, 33 and 1024 cover sub-
 groups, one warp per row and several feature chunks. Outputs are poisoned when allocated.
 """
 
+import inspect
 import itertools
 
 import numpy as np
@@ -192,6 +193,9 @@ def test_bad_shapes():
         cufold.reduce_by_key(k, to_device(np.zeros((4, 3, 2))))
     with pytest.raises(ValueError, match="cufold: keys and values must be equally long"):
         cufold.reduce_by_key(k, to_device(np.zeros((5, 3))))
+    if "deterministic" in inspect.signature(cufold.segmented_reduce).parameters:
+        with pytest.raises(ValueError, match="cufold: deterministic='gpu_to_gpu' takes 1-D values"):
+            cufold.segmented_reduce(v2, to_device(np.array([0, 4])), deterministic="gpu_to_gpu")
 
 
 # --- segmented_reduce and reduce_by_key ------------------------------------------------------------

@@ -34,6 +34,11 @@ def _cases(np_rng):
     offsets = np.linspace(0, N, 41).astype(np.int64)
     seg = lambda v: np.array([v[a:b].sum(dtype=np.float64) for a, b in zip(offsets[:-1], offsets[1:])])  # noqa: E731
 
+    def segscan(v, k=None):
+        """Per-segment np.cumsum (segments of ``offsets``, or runs of equal keys ``k``)."""
+        starts = offsets[:-1] if k is None else np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        return np.concatenate([np.cumsum(p, dtype=np.float64) for p in np.split(v, starts[1:])])
+
     def bykey(k, v):
         out = np.zeros(97)
         np.add.at(out, k, v)
@@ -55,6 +60,10 @@ def _cases(np_rng):
          lambda x: (np.concatenate([[0], np.cumsum(x)[:-1]]), x.sum())),
         ("segmented_reduce", lambda: [f32(N), offsets],
          lambda v, o: cufold.segmented_reduce(v, o), lambda v, o: seg(v)),
+        ("segmented_scan", lambda: [f32(N), offsets],
+         lambda v, o: cufold.segmented_scan(v, o), lambda v, o: segscan(v)),
+        ("inclusive_scan_by_key", lambda: [np.repeat(np.arange(40), N // 40 + 1)[:N], f32(N)],
+         lambda k, v: cufold.inclusive_scan_by_key(k, v), lambda k, v: segscan(v, k)),
         ("reduce_by_key_into check=False", lambda: [keys(), f32(N), np.zeros(97)],
          lambda k, v, out: cufold.reduce_by_key_into(k, v, out, check=False),
          lambda k, v, out: bykey(k, v)),
@@ -80,7 +89,7 @@ def _host(torch, r):
     return tuple(_host(torch, t) for t in r) if isinstance(r, tuple) else r.cpu().numpy()
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(14))
 def test_torch_graph_replays_new_data(case, rng):
     torch = _torch()
     name, make, call, ref = _cases(rng)[case]

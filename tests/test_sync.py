@@ -51,6 +51,9 @@ def _calls(rng):
         ("cummin", 0, lambda: cufold.cummin(x)),
         ("segmented_reduce", 0, lambda: cufold.segmented_reduce(x, offsets)),
         ("reduce_by_key", 1, lambda: cufold.reduce_by_key(sorted_keys, x)),
+        ("segmented_scan", 0, lambda: cufold.segmented_scan(x, offsets)),
+        ("inclusive_scan_by_key", 0, lambda: cufold.inclusive_scan_by_key(sorted_keys, x)),
+        ("exclusive_scan_by_key", 0, lambda: cufold.exclusive_scan_by_key(sorted_keys, x)),
         ("reduce_by_key_into check=False", 0,
          lambda: cufold.reduce_by_key_into(xi, x, table, check=False)),
         ("reduce_by_key_into check=False deterministic", 0,
@@ -61,6 +64,10 @@ def _calls(rng):
         ("histogram (range of the data)", 1, lambda: cufold.histogram(x, 32)),
         ("histogram device edges", 1, lambda: cufold.histogram(x, edges)),
         ("bincount", 1, lambda: cufold.bincount(xi, minlength=64)),
+        ("sum gpu_to_gpu", 0, lambda: cufold.sum(x, deterministic="gpu_to_gpu")),
+        ("segmented_reduce gpu_to_gpu", 0, lambda: cufold.segmented_reduce(x, offsets, deterministic="gpu_to_gpu")),
+        ("reproducible.finalise(sum_state)", 0,
+         lambda: cufold.reproducible.finalise(cufold.reproducible.sum_state(x), np.float32)),
     ]
 
 
@@ -75,7 +82,7 @@ def test_every_public_function_is_listed():
         assert inspect.getdoc(getattr(cufold, n)), n
 
 
-@pytest.mark.parametrize("row", range(29))
+@pytest.mark.parametrize("row", range(32))
 def test_waits_for_the_device(row, rng, host_waits):
     name, expected, call = _calls(rng)[row]
     call()                      # plans (uploads of constants happen here, once)

@@ -46,7 +46,7 @@ def fake_kernel_for(fn, key, args):
     k = (key, sig)
     if k not in compiled:
         t = time.time()
-        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
+        ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), **L.jit_options_of(fn))
         compiled[k] = time.time() - t
         if DUMP:
             os.makedirs(DUMP, exist_ok=True)
@@ -92,6 +92,8 @@ check(cufold.argmax, np.float32, (np.float32, np.int64), np.int64, lift="index",
       algorithms=("single_pass", "single_block"))
 check(cufold.welford, np.float32, (np.float64,) * 3, (np.float32, np.float32), lift="welford",
       project="mean_var", algorithms=("single_pass",))
+check(cufold.plus, np.float32, (np.float64,) * 2, np.float32, lift="count", project="count_mean",
+      algorithms=("single_pass",))                                     # a mean alone
 check(cufold.as_op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1])), (np.int64, np.int64),
       (np.int64, np.int64), (np.int64, np.int64), algorithms=("single_pass", "two_pass", "tiles", "single_block"))
 print("%d kernels compiled in %.1f s" % (len(compiled), time.time() - t0))
@@ -145,6 +147,33 @@ SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmente
 SEG._plan_segmented((f32, i32), offsets, cufold.minmax, None, None, 0, None, "segmented_reduce")
 SEG._plan_count_runs((i32,), 0)
 SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None)
+# Segmented scans: heads from CSR offsets (partition + scan) and from keys; scalar, float16,
+# tuple (non-commutative, no identity) values; integer, float and tuple keys; both kinds.
+SS = importlib.import_module("cufold.device.segscan")
+ss_before = len(compiled)
+affine = cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1]), name="affine")
+i64n = arr(np.int64, n)
+for exclusive in (False, True):
+    SS._plan((f32,), (offsets,), None, cufold.plus, exclusive, None, None, 0, None, "segmented_scan")
+    SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.plus, exclusive, None, None, 0, None, "scan_by_key")
+    SS._plan((i64n, i64n), (arr(np.int32, 1001),), None, affine, exclusive, (1, 0) if exclusive else None, None,
+             0, None, "segmented_scan")
+SS._plan((arr(np.float16, n),), (arr(np.uint8, 1001),), None, cufold.maximum, False, None, None, 0, None,
+         "segmented_scan")
+SS._plan((i64n, i64n), (f32, arr(np.int8, n)), ValueType.of((np.float32, np.int8)), affine, False, None, None, 0,
+         None, "scan_by_key")
+SS._plan((arr(np.int8, n),), (arr(np.float64, n),), ValueType.of(np.float64), cufold.plus, True, 3,
+         np.int64, 0, None, "scan_by_key")
+SS._plan((f32, i64n), (offsets,), None, cufold.argmin, False, None, None, 0, None, "segmented_scan")
+SS._plan((arr(np.bool_, n),), (i64n,), ValueType.of(np.int64), cufold.logical_or, True, None, None, 0, None,
+         "scan_by_key")
+ss_keys = [k[0] for k in list(compiled)[ss_before:]]
+for key in ss_keys:
+    spec = key[1]
+    what = ("%s %s -> %s, %s" % (spec.op.name, spec.in_vt, spec.out_vt,
+                                 "offsets" if spec.key_vt is None else "keys %s" % spec.key_vt)
+            if key[0] == "segscan" else "nv=%d" % spec)
+    print("  ok   %s %s%s" % (key[0], what, " exclusive" if key[0] == "segscan" and spec.exclusive else ""))
 out64 = arr(np.float64, 10**6)
 for alg in BK.ALGORITHMS:
     for det, check in ((False, True), (False, False)) if alg != "sorted" else ((True, True), (False, False)):
@@ -187,6 +216,9 @@ tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
 del os.environ["CUFOLD_BYKEY_TUPLE_ROWS"]
 tuple_plan(cufold.argmax, (i32, i32), (oi32, oi32), "packed")
 tuple_plan(cufold.argmin, (arr(np.uint32, n), arr(np.uint32, n)), (ou32, ou32), "packed")
+BT.KEPT_WORDS_MAX = 0                                 # packed's words filled per call (many keys)
+tuple_plan(cufold.argmax, (f32,), (o32, oi64), "packed")
+BT.KEPT_WORDS_MAX = 1 << 22
 tuple_plan(cufold.welford, (f64,), (o64, o64, o64), "two_pass")
 tuple_plan(cufold.welford, (f32,), (o32, o32, o32), "two_pass", check=False)
 tuple_plan(cufold.argmax, (f64,), (o64, oi64), "grouped")
@@ -244,12 +276,14 @@ for reduction, dt in CASES:
         reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
 moments = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean_var", 0, None, dt), name="mean_var",
                        needs_items=True)
+means = D._Reduction(cufold.plus, lambda dt: D._moment_options("mean", 0, None, dt), name="mean", needs_items=True)
 ordered = D._Reduction(cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1])), name="affine")
 SOME = [lay for lay in LAYOUTS if lay[0] in ((1 << 16, 8), (1 << 16, 7), (256, 1024), (64, 65536), (8192, 8192),
                                                (1 << 24, 4))]
 for shape, strides, axes in SOME:
     x = view(np.float32, shape, strides)
     moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    means._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
     xi = view(np.int64, shape, strides)
     ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
 axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]
@@ -291,3 +325,46 @@ ROWS._plan_segments((P.signature(f32), P.signature(arr(np.int32, 11)), 0, cufold
                     view(np.float16, (nr, 16), (16, 1)), arr(np.int32, 11))
 SEG._plan_runs((i32,), (view(np.float32, (n, 16), (16, 1)),), cufold.plus, None, 5000, 0, None)
 print("%d feature-row kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Fills (launch.fill): empty inputs' results, 1-D and along an axis, scalar and tuple values.
+before = len(compiled)
+for reduction, shape, axes in [(D._SUM, (0,), None), (moments, (0,), None), (D._SUM, (4, 0), (1,)),
+                               (D._MAX, (3, 0), (1,)),
+                               (moments, (6, 0), (1,))]:
+    x = view(np.float32, shape, (shape[-1], 1)[-len(shape):] if len(shape) > 1 else (1,))
+    try:
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    except ValueError as e:                   # no identity: the error, no kernel
+        print("  --   %s of %s: %s" % (reduction.name, shape, e))
+fills = sorted({str(k[0]) for k in compiled if isinstance(k[0], tuple) and k[0][0] == "fill"})
+print("  ok   %s" % "\n  ok   ".join(fills))
+print("%d fill kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Reproducible (gpu_to_gpu) sums: the binned sum kernel per binning dtype and finish (sum, mean,
+# state), the warp-per-segment kernel, the state combine/finalise kernel.
+RP = importlib.import_module("cufold.device.reproducible")
+RP._resident_blocks = lambda *args: 132 * 3
+before = len(compiled)
+for dt in (np.float32, np.float64, np.float16):
+    x = arr(dt, n)
+    D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+mean_r = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
+                      needs_items=True)
+for dt in (np.float32, np.int32):
+    x = arr(dt, n)
+    mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+for dt in (np.float32, np.float64):
+    x = arr(dt, n)
+    RP._state_plan((P.signature(x), 0, False, None, None, True), x)     # 8-byte loads (float32)
+    SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
+unaligned = _arrays.Arr(0x10004, (n,), (1,), np.dtype(np.float32), n, "numba", None, 0)   # 4-byte loads
+RP._state_plan((P.signature(unaligned), 0, False, None, None, True), unaligned)
+states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
+                     "numba", None, 0)
+RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float32), np.dtype(np.float32)), states)
+RP._combine_kernel_plan((P.signature(states), 0, False, "sum", np.dtype(np.float64), np.dtype(np.float64)), states)
+for k in compiled:
+    if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
+        print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
+print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

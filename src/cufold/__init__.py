@@ -16,19 +16,22 @@ from .ops import (  # noqa: E402
 )
 from .values import ValueType  # noqa: E402
 from . import thread, warp, block  # noqa: E402
+from .device import reproducible  # noqa: E402
 from .device import (  # noqa: E402
     algorithms, reduce, sum, prod, min, max, argmin, argmax, minmax, mean, var, mean_var,
     inclusive_scan, exclusive_scan, cumsum, cumprod, cummax, cummin,
     segmented_reduce, reduce_by_key, reduce_by_key_into, histogram, bincount,
+    segmented_scan, inclusive_scan_by_key, exclusive_scan_by_key,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Op", "as_op", "ValueType", "thread", "warp", "block",
+    "Op", "as_op", "ValueType", "thread", "warp", "block", "reproducible",
     "algorithms", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
     "mean_var", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax", "cummin",
     "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
+    "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key",
     "plus", "multiplies", "minimum", "maximum", "bit_and", "bit_or", "bit_xor",
     "logical_and", "logical_or", "argmin", "argmax", "minmax", "welford",
 ]

@@ -43,6 +43,8 @@ exception classes :class:`WarpSimulatorError`, :class:`WarpMaskError`,
 
 from __future__ import annotations
 
+import fractions
+import math
 import os
 import sys
 import threading
@@ -989,9 +991,28 @@ def _cache_hinted_store(name):
 _CACHE_HINTS = [_cache_hinted_load(n) for n in ("ldca", "ldcg", "ldcs", "ldlu", "ldcv")] + [
     _cache_hinted_store(n) for n in ("stcg", "stcs", "stwb", "stwt")]
 
+def fma(self, a, b, c):
+    """``a * b + c`` rounded once, as the GPU's ``fma`` (the simulator's own rounds the
+    product first and overflows where the exact sum would not): float32 operands through
+    float64 (their product is exact there), float64 ones through exact fractions."""
+    kind = type(a)
+    if kind is np.float32 or kind is np.float16:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return kind(np.float64(a) * np.float64(b) + np.float64(c))
+    if not all(math.isfinite(v) for v in (a, b, c)):
+        return a * b + c
+    exact = fractions.Fraction(float(a)) * fractions.Fraction(float(b)) + fractions.Fraction(float(c))
+    try:
+        value = float(exact)          # correctly rounded
+    except OverflowError:
+        value = math.inf if exact > 0 else -math.inf
+    return np.float64(value) if kind is np.float64 else value
+
+
 _INTRINSICS = {
     f.__name__: f
     for f in tuple(_CACHE_HINTS) + (
+        fma,
         shfl_sync,
         shfl_up_sync,
         shfl_down_sync,

@@ -8,6 +8,8 @@ Suites (``python -m cufold bench list``):
                ``cuda.compute.inclusive_scan``, a device-to-device copy as the ceiling
 ``hist``       histogram f32 / bincount i32 vs torch and CuPy (:mod:`.hist`)
 ``segmented``  segmented sum vs torch.segment_reduce, cupyx CSR, ``cuda.compute.segmented_reduce``
+``segscan``    segmented_scan / inclusive_scan_by_key f32, short and long segments, 2^20..2^26, vs torch
+               cumsum formulations (:mod:`.segscan`)
 ``bykey``      seed 001's box, reduce_by_key_into vs torch/cupyx (:mod:`.bykey`, its own driver)
 ``bykey-tuple`` tuple values by key: argmax, count + 3 sums, Welford vs PyG/torch (:mod:`.bykey_tuple`)
 ``pyg``        feature rows (E x F) by key and over segments vs PyG scatter / torch (:mod:`.pyg`, its own driver)

@@ -485,6 +485,42 @@ def reduce_cases(env, dtypes):
     return cases
 
 
+def cf_repro_state(wide):
+    """``cufold.reproducible.sum_state(x, wide=wide)`` timed (the binned sum's kernel with 8- or
+    4-byte loads of float32 items), checked through ``finalise``."""
+    def make(ctx):
+        cf = ctx.mod("cufold")
+        rep = getattr(cf, "reproducible", None)
+        if rep is None:
+            raise Skip("cufold.reproducible missing")
+        f = functools.partial(rep.sum_state, wide=wide)
+        dt = ctx.dtype
+        return Prepared(f, ctx.views("cufold"), lambda a: rep.finalise(f(a), dt))
+    return make
+
+
+def reproducible_cases(env, dtypes):
+    """Plain ``cufold.sum`` against ``deterministic="gpu_to_gpu"`` (binned) and torch.sum; for
+    float32 the binned kernel with 8-byte and with 4-byte loads (which is the default is a
+    measurement: ``reproducible.WIDE_LOADS``)."""
+    cases = []
+    for dt in ("float32", "float64"):
+        if dt not in dtypes:
+            continue
+        cands = [
+            _cf("sum"),
+            Candidate("cufold.sum[gpu_to_gpu]", "cufold", "cufold", cf_call("sum", deterministic="gpu_to_gpu"),
+                      requires="sum"),
+            Candidate("torch.sum", "torch", "peer", torch_call("sum")),
+        ]
+        if dt == "float32":
+            cands[2:2] = [Candidate("cufold.reproducible.sum_state[%d-byte loads]" % (8 if w else 4), "cufold",
+                                    "cufold", cf_repro_state(w)) for w in (True, False)]
+        cases.append(Case("sum/%s" % dt, "sum", "sum %s, plain and reproducible (gpu_to_gpu)" % dt, dt, "grid",
+                          np.dtype(dt).itemsize, "sum", check_sum, cands))
+    return cases
+
+
 def scan_cases(env, dtypes):
     cases = []
     names, why = _algorithms(env, "scan")
@@ -533,6 +569,13 @@ REDUCE_TARGETS = [
      "cmp": ">=", "threshold": 1.1},
 ]
 
+REPRODUCIBLE_TARGETS = [
+    {"name": "gpu_to_gpu sum f32 @2^28 vs plain cufold.sum", "kind": "speedup_vs", "case": "sum/float32",
+     "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+    {"name": "gpu_to_gpu sum f64 @2^28 vs plain cufold.sum", "kind": "speedup_vs", "case": "sum/float64",
+     "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+]
+
 SCAN_TARGETS = [
     {"name": "int32 inclusive scan @2^28 vs copy bandwidth", "kind": "copy_frac", "case": "scan/int32",
      "label": "cufold.inclusive_scan", "log2n": 28, "cmp": ">=", "threshold": 0.9},
@@ -567,10 +610,14 @@ class Suite:
 
 from . import hist as _hist  # noqa: E402  (the hist and segmented suites live in bench/hist.py)
 from . import calls as _calls  # noqa: E402
+from . import segscan as _segscan  # noqa: E402
 
 SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
                     "sum (f32/f64/i32), argmax f32, mean+var f32 (--full: every cufold reduce algorithm)"),
+    "reproducible": Suite("reproducible", ("float32", "float64"), reproducible_cases, REPRODUCIBLE_TARGETS,
+                          "sum f32/f64: cufold.sum vs deterministic='gpu_to_gpu' (binned) vs torch.sum",
+                          default_sizes="20,24,28", full_sizes="10:28"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), device copy as ceiling (--full: every scan algorithm)"),
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
@@ -582,6 +629,8 @@ SUITES = {
                   default_sizes="20,26", full_sizes="10:28"),
     "segmented": Suite("segmented", ("float32",), _hist.segmented_cases, _hist.SEGMENTED_TARGETS,
                        _hist.SEGMENTED_DOC, default_sizes="10,14,18,20,24", full_sizes="10:24"),
+    "segscan": Suite("segscan", ("float32",), _segscan.segscan_cases, _segscan.SEGSCAN_TARGETS,
+                     _segscan.SEGSCAN_DOC, default_sizes="20,22,24,26", full_sizes="16:26"),
     "calls": Suite("calls", ("float32",), _calls.calls_cases, _calls.CALLS_TARGETS, _calls.CALLS_DOC,
                    default_sizes="10,12,14,16,18,20", full_sizes="10:20", settings=_calls.CALLS_SETTINGS),
 }

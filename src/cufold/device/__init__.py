@@ -17,16 +17,19 @@ from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
 from . import axis as _axis
 from . import reduce as _reduce_mod
+from . import reproducible
 from ..host.dispatch import algorithms
 from .scan import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
 from .segmented import reduce_by_key, segmented_reduce
+from .segscan import exclusive_scan_by_key, inclusive_scan_by_key, segmented_scan
 from .histogram import bincount, histogram
 from .bykey import reduce_by_key_into
 from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; registers its algorithms)
 
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
-           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount"]
+           "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
+           "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key"]
 
 
 def _flat(a):
@@ -111,6 +114,10 @@ class _Reduction:
         first = xs[0]
         ys = tuple(b.input(a) for a in given)
         out_vt = prep.out_vt
+        if deterministic.__class__ is str:
+            route = _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project)
+            if route is not None:
+                return reproducible.plan_reduction(b, arrs, xs, ys, route, out_vt, init, axis, keepdims)
         if given:
             _arrays.same_device(arrs + given, "x and out")
         if like.ndim != 1 or axis is not None or keepdims or not all(a.c_contiguous for a in arrs):
@@ -125,23 +132,38 @@ class _Reduction:
             xs = tuple(_flat(a) for a in xs)
         outs = _scalar_outputs(b, first, out_vt, ys)
         n = like.size
-        if n == 0 and lift == "welford":
+        if n == 0 and lift in _reduce_mod.NAN_WHEN_EMPTY:
             # NumPy: the mean (and variance) of nothing is NaN, with a warning (at every call).
             nan = tuple(np.nan for _ in out_vt.fields)
-            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1,
-                     (outs, out_vt.make(nan if out_vt.is_tuple else nan[0])))
+            _launch.fill(b, out_vt, outs, 1, nan if out_vt.is_tuple else nan[0])
             b.after(lambda arrays, values: warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=4))
         elif n == 0:
             value = init if init is not None else prep.op.identity_for(prep.acc_vt)
             if self.needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
                                  % (self.name if self.needs_items else prep.op.name))
-            b.launch(_launch.fill_kernel(out_vt), ("fill", out_vt), 1, 1, (outs, out_vt.make(value)))
+            _launch.fill(b, out_vt, outs, 1, value)
         else:
             p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, n, like.device_id, algorithm,
                                  lift=lift, project=project, ddof=ddof, deterministic=deterministic)
             _reduce_mod.run(b, p, xs if is_tuple else xs[0], n, outs, init)
         return b.build(_results(out_vt, given))
+
+
+def _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project):
+    """Which reproducible reduction ``deterministic="gpu_to_gpu"`` runs ("sum", "mean"), or
+    None where the ordinary one is already the same on any GPU (integer sums, min, max)."""
+    if deterministic != "gpu_to_gpu":
+        raise ValueError("cufold: deterministic must be True, False or 'gpu_to_gpu'; got %r" % (deterministic,))
+    floats = any(a.dtype.kind in "fc" for a in arrs)
+    if project == "count_mean":                 # cufold.mean (before plus: it reduces with plus)
+        return "mean"
+    if prep.op is plus and not is_tuple and arrs[0].dtype.kind == "f":
+        return "sum"
+    if floats and prep.op not in (minimum, maximum):
+        raise ValueError("cufold: deterministic='gpu_to_gpu' applies to float sums and means (and exact "
+                         "operators: min, max, integer ops), not %s on %s" % (prep.op.name, prep.in_vt))
+    return None
 
 
 def _scalar_outputs(b, like, out_vt, given):
@@ -197,7 +219,11 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
     out : a one-element device array (a tuple of them) to write into.
     stream : the library's stream object or a raw ``CUstream`` handle.
     algorithm : one of ``cufold.algorithms("reduce")``; None lets the dispatcher choose.
-    deterministic : False allows floating-point atomic algorithms.
+    deterministic : False allows floating-point atomic algorithms; True (the
+        default): the same bits from run to run on one GPU and launch shape;
+        ``"gpu_to_gpu"``: the same bits on any GPU, launch shape, order or split
+        of the items (float sums: binned summation, see
+        :mod:`cufold.device.reproducible`, with its error bound).
 
     Returns a 0-d device array of ``x``'s library (a tuple for tuple values);
     the host is not synchronised.
@@ -222,7 +248,12 @@ _MIN, _MAX = _Reduction(minimum, name="min", needs_items=True), _Reduction(maxim
 
 
 def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
-    """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``."""
+    """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``.
+
+    ``deterministic="gpu_to_gpu"``: the same bits on any GPU, launch shape, item order
+    or split (binned summation of float16/32/64 items; whole contiguous arrays; error
+    bound in :mod:`cufold.device.reproducible`): ``cufold.sum(x, deterministic="gpu_to_gpu")``.
+    """
     return _SUM(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims)
 
 
@@ -294,6 +325,10 @@ argmin, argmax, minmax = _argmin_op, _argmax_op, _minmax_op
 def _moment_options(project, ddof, dtype, in_dtype):
     dt = np.dtype(dtype) if dtype is not None else _types.mean_dtype(in_dtype)
     acc = np.float64 if dt.itemsize > 4 or dt == np.float32 else np.float32
+    if project == "mean":
+        # a mean alone is (count, sum) under field-wise plus, divided once: two adds per
+        # item, where Welford's state took four and a three-field merge (0.7x torch.mean)
+        return {"lift": "count", "project": "count_mean", "acc": (acc, acc), "result": dt}
     result = (dt, dt) if project == "mean_var" else dt
     return {"lift": "welford", "project": project, "ddof": ddof, "acc": (acc, acc, acc), "result": result}
 
@@ -301,18 +336,23 @@ def _moment_options(project, ddof, dtype, in_dtype):
 _moments_by = _launch.BoundedCache(256)
 
 
-def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims):
+def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims, deterministic=True):
     key = (project, ddof, dtype)
     r = _moments_by.get(key)
     if r is None:
         r = _moments_by.put(key, _Reduction(
-            welford, lambda dt: _moment_options(project, ddof, dtype, dt), name=name, needs_items=True))
-    return r(x, None, None, out, stream, algorithm, True, axis, keepdims)
+            plus if project == "mean" else welford, lambda dt: _moment_options(project, ddof, dtype, dt),
+            name=name, needs_items=True))
+    return r(x, None, None, out, stream, algorithm, deterministic, axis, keepdims)
 
 
-def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
-    """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``."""
-    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean", axis, keepdims)
+def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):
+    """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``.
+
+    ``deterministic="gpu_to_gpu"``: the binned sum (see :func:`sum`) divided by the count,
+    the same bits on any GPU: ``cufold.mean(x, deterministic="gpu_to_gpu")``.
+    """
+    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean", axis, keepdims, deterministic)
 
 
 def var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None):

@@ -75,6 +75,10 @@ WIDE_LOADS = _reduce_mod.WIDE_LOADS
 #: enough bytes in flight per SM to cover the memory latency at full occupancy.
 UNROLL = 4
 UNROLL_SMALL = 8
+#: Resident blocks per SM the rows and columns kernels are compiled for (``launch_bounds``:
+#: registers capped at 64 for 256 threads): at 72-96 registers they ran 2-3 blocks, 24-33%
+#: occupancy, too few loads in flight for the bandwidth (ncu, H100).
+MIN_BLOCKS = 4
 
 
 def normalize_axis(axis, ndim):
@@ -193,8 +197,9 @@ def _pow2_at_least(n):
 
 #: How a layout runs: kernel 'rows' or 'columns'; rows: ``group`` threads per output
 #: chunk; columns: ``tx`` x ``ty`` threads a block; ``split`` chunks per output (1: none),
-#: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block.
-Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt")
+#: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block; columns with
+#: ``ty == 1``: ``per`` neighbouring outputs a thread.
+Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt per", defaults=(1,))
 
 
 def schedule(layout, lim):
@@ -223,14 +228,20 @@ def schedule(layout, lim):
     inner = layout.keep[-1][0]
     ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)))
     tx = nt // ty
-    tiles = -(-m // tx)
+    # A column of a few items (one thread each) costs more in finding its place than in
+    # reading it: give a thread several neighbouring outputs (one unravel for all) where
+    # the tiles still fill the GPU.
+    per = 1
+    if ty == 1:
+        per = next((p for p in (4, 2) if inner % p == 0 and m // (tx * p) >= lim.blocks), 1)
+    tiles = -(-m // (tx * per))
     split = 1
     if tiles < lim.blocks:
         split = min(-(-lim.blocks // tiles), max(1, k // (ty * lim.min_items)), lim.max_split)
     chunk = -(-k // split)
     split = -(-k // chunk)
     grid = max(1, min(tiles * split, lim.blocks * 32))
-    return Schedule("columns", 0, tx, ty, split, chunk, grid, nt)
+    return Schedule("columns", 0, tx, ty, split, chunk, grid, nt, per)
 
 
 # --- device helpers -----------------------------------------------------------------
@@ -251,16 +262,21 @@ def _unravel(nd):
             return r * a_strides[0], r * b_strides[0]
         return unravel1
 
+    # Unsigned division: no floor-division sign fix-ups, and the compiler's 32-bit fast
+    # path whenever both operands fit (a per-output unravel made short columns
+    # instruction-bound on the H100).
     @cuda.jit(device=True)
     def unravel(r, shape, a_strides, b_strides):
         a = r * 0
         b = r * 0
+        q = np.uint64(r)
         for d in range(nd - 1, -1, -1):
-            n = shape[d]
-            j = r % n
+            n = np.uint64(shape[d])
+            nq = q // n
+            j = np.int64(q - nq * n)
             a += j * a_strides[d]
             b += j * b_strides[d]
-            r //= n
+            q = nq
         return a, b
     return unravel
 
@@ -318,6 +334,50 @@ def _thread_fold(spec, nd_outer):
     # The unrolled loop, generated for UNROLL items: all their loads issued before
     # the first combine (the loads, not the arithmetic, set the pace).
     walk = "outer_shape, outer_strides, outer_index_strides"
+    if nd_outer == 0:
+        lines = _single_dim_fold(unroll, walk, first_update, updates)
+    else:
+        lines = _walking_fold(unroll, walk, first_update, updates)
+    env = {"outer_at": outer_at, "number": number, "advance": advance, "load": load, "start": start,
+           "update": update}
+    if wide:     # xs holds 8-byte pairs of 4-byte items, the lower first
+        env["load"] = _codegen.build("def load(pairs, i):\n    return pairs[np.uint64(i)]\n", "load")
+        env["halves"] = _codegen.build(
+            "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
+            {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
+    fold = _codegen.build("\n".join(lines) + "\n", "fold", env)
+    return fold
+
+
+def _single_dim_fold(unroll, walk, first_update, updates):
+    """``fold``'s source where one dimension is reduced (no outer ones): item ``k`` is at
+    ``base + k * stride``, so offsets advance by one addition and item numbers are ``k``
+    (the general walk's carries and branches per item made a 3-item column
+    instruction-bound: 82% issue slots busy at 17% of DRAM bandwidth, H100)."""
+    lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
+             "    if k >= k_end:", "        return state, have",
+             "    o = base + k * inner[1]", "    o_step = step * inner[1]", "    zero = k * 0",
+             "    while k + %d * step < k_end:" % (unroll - 1)]
+    lines += ["        x%d = load(xs, o + %d * o_step)" % (j, j) for j in range(unroll)]
+    lines += ["        n%d = number(k + %d * step, zero, k + %d * step, inner)" % (j, j, j) for j in range(unroll)]
+    lines += first_update("        ", 0)
+    for j in range(1, unroll):
+        lines += updates("        ", j)
+    lines += ["        k += %d * step" % unroll, "        o += %d * o_step" % unroll]
+    # the last, partial batch: every load first; past the end, item k is read again, not combined
+    lines += ["    if k < k_end:", "        x0 = load(xs, o)"]
+    lines += ["        x%d = load(xs, o + (%d * o_step if k + %d * step < k_end else zero))" % (j, j, j)
+              for j in range(1, unroll - 1)]
+    lines += ["        n%d = number(k + %d * step, zero, k + %d * step, inner)" % (j, j, j) for j in range(unroll - 1)]
+    lines += first_update("        ", 0)
+    for j in range(1, unroll - 1):
+        lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
+    lines += ["    return state, have"]
+    return lines
+
+
+def _walking_fold(unroll, walk, first_update, updates):
+    """``fold``'s source over an innermost reduced dimension and outer ones."""
     lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
              "    if k >= k_end:", "        return state, have",
              "    length = inner[0]", "    stride = inner[1]",
@@ -351,15 +411,7 @@ def _thread_fold(spec, nd_outer):
     for j in range(1, unroll - 1):
         lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
     lines += ["    return state, have"]
-    env = {"outer_at": outer_at, "number": number, "advance": advance, "load": load, "start": start,
-           "update": update}
-    if wide:     # xs holds 8-byte pairs of 4-byte items, the lower first
-        env["load"] = _codegen.build("def load(pairs, i):\n    return pairs[np.uint64(i)]\n", "load")
-        env["halves"] = _codegen.build(
-            "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
-            {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
-    fold = _codegen.build("\n".join(lines) + "\n", "fold", env)
-    return fold
+    return lines
 
 
 @functools.lru_cache(maxsize=None)
@@ -502,6 +554,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
                         counters[m] = 0           # ready for the next launch on this stream
             w += groups
 
+    rows.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
     return rows
 
 
@@ -512,11 +565,13 @@ def _alone(value, valid):
 
 
 @functools.lru_cache(maxsize=None)
-def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
+def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1):
     """Blocks of ``tx`` x ``ty`` threads: ``tx`` neighbouring outputs (along the kept
     dimension of smallest stride: coalesced) x ``ty`` threads sharing each one's
     chunk of reduced items, combined in shared memory (a tree in ``ty`` order);
     ``split`` > 1: chunks of a column tile meet through partials and a ticket per tile.
+    ``per`` > 1 (``ty`` 1, no split): a thread folds ``per`` neighbouring outputs whole
+    (they share one row of the innermost kept dimension: its length is a multiple).
 
     Arguments as :func:`rows_kernel`'s."""
     start, _, finish = _reduce_mod._protocol(spec)
@@ -529,6 +584,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
     fold = _thread_fold(spec, nd_outer)
     strided = not spec.ordered
     nt = tx * ty
+    outputs = per                      # (the kernel's own ``per`` is another)
     shared = block.temp_storage(acc_vt, nt)
 
     @cuda.jit(device=True)
@@ -544,12 +600,35 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
             offset *= 2
         return value
 
+    @cuda.jit(device=True)
+    def outputs_per_thread(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+                           outer_shape, outer_strides, outer_index_strides, outs, init, has_init):
+        step_in = keep_in[nd_keep - 1]
+        step_out = keep_out[nd_keep - 1]
+        m = (cuda.blockIdx.x * tx + cuda.threadIdx.x) * outputs
+        while m < m_count:
+            in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
+            for j in range(outputs):
+                base = origin + in_off + j * step_in
+                state = start(load(xs, base), 0)
+                state, have = fold(state, np.bool_(False), xs, base, m * 0, k_count, m * 0 + 1, inner,
+                                   outer_shape, outer_strides, outer_index_strides)
+                total = finish(state)
+                if has_init:
+                    total = combine(init, total)
+                store_out(outs, out_off + j * step_out, project(total))
+            m += cuda.gridDim.x * tx * outputs
+
     def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
                 outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
         temp = shared()
         tid = cuda.threadIdx.x
         x = tid % tx
         y = tid // tx
+        if outputs > 1:
+            outputs_per_thread(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner,
+                               outer_shape, outer_strides, outer_index_strides, outs, init, has_init)
+            return
         tiles = (m_count + tx - 1) // tx
         work = tiles * splits
         w = cuda.blockIdx.x
@@ -600,6 +679,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split):
                         counters[tile] = 0       # ready for the next launch on this stream
             w += cuda.gridDim.x
 
+    columns.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
     return columns
 
 
@@ -630,12 +710,11 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return
     if k_count == 0:
         value = init if init is not None else prep.op.identity_for(prep.acc_vt)
-        if lift == "welford":
+        if lift in _reduce_mod.NAN_WHEN_EMPTY:
             value = tuple(np.nan for _ in out_vt.fields) if out_vt.is_tuple else np.nan
         elif needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
-        b.launch(_fill_many(out_vt), ("fill_many", out_vt), -(-m_count // 256), 256,
-                 (outs, m_count, out_vt.make(value)))
+        _launch.fill(b, out_vt, outs, m_count, value)
         return
     op = prep.op
     layout = plan_layout(shape, like.strides, axes, op.commutative, lift == "index")
@@ -688,8 +767,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
         key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
     else:
-        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
-        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split)
+        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
     b.launch(kernel, key, sched.grid, sched.nt, args)
 
 
@@ -728,15 +807,3 @@ def _result_arrays(b, like, out_vt, out_shape, m_count, given):
                 raise ValueError("cufold: out= must be C-contiguous")
             vecs.append(_arrays.window(a, 0, (m_count,), (1,)))
     return tuple(vecs) if out_vt.is_tuple else vecs[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _fill_many(out_vt):
-    store, cast = out_vt.store, out_vt.cast
-
-    def fill_many(outs, m, value):
-        i = cuda.grid(1)
-        if i < m:
-            store(outs, i, cast(value))
-
-    return fill_many

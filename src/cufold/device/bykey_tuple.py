@@ -37,13 +37,16 @@ forced with ``algorithm=`` to time it):
                 above +inf for argmax, below -inf for argmin; -0.0 as +0.0), low word
                 the position (``~position`` for argmax) so that one 64-bit
                 ``atomicMax``/``atomicMin`` keeps the greatest value at its *first*
-                position, NaN winning as in ``numpy.argmax``. The words gather in a
-                per-key uint64 buffer (new memory of ``out``'s library, ``8 x len(out)``
-                bytes), aggregated first by rows as ``adaptive`` does (``ROWS``); three launches: fill the
-                buffer with the identity's word, scatter, and a finishing pass that
-                decodes each reached key's word and folds it into ``out`` with the
-                operator (``out``'s prior (value, position) is the earlier operand, so
-                its ties win when its position is smaller). Cost beyond ``warp``: two
+                position, NaN winning as in ``numpy.argmax``; argmin's word is
+                complemented, so both take ``atomicMax`` and 0 means "nothing yet".
+                The words gather in a per-key uint64 buffer, aggregated first by rows
+                as ``adaptive`` does (``ROWS``); a finishing pass decodes each reached
+                key's word, folds it into ``out`` with the operator (``out``'s prior
+                (value, position) is the earlier operand, so its ties win when its
+                position is smaller) and resets the word to 0. Up to
+                ``KEPT_WORDS_MAX`` keys the buffer is scratch kept zero between calls
+                (two launches: scatter, finish); above, new memory of ``out``'s
+                library filled with 0 first (three). Cost beyond ``warp``: one or two
                 passes over ``len(out)`` words.
 ``two_pass``    ``welford`` with one ``values`` array (each value lifted to the state
                 ``(1, x, 0)``; out = (count, mean, M2), floating point): counts and
@@ -98,7 +101,7 @@ from numba import cuda
 from .. import _codegen, warp
 from ..ops import argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
 from ..values import ValueType
-from ..host import arrays as _arrays, dispatch as _dispatch, programs as _programs
+from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from . import bykey as _bk, radix, segmented as _seg
 
 __all__ = ["ALGORITHMS", "reduce_into", "path_for"]
@@ -130,8 +133,11 @@ the per-field atomic operators (None: a compare-and-swap loop on one packed word
 @functools.lru_cache(maxsize=None)
 def _encoders(val_dt, pos_kind, largest):
     """Device functions ``encode(x, p) -> uint64`` and ``decode(w) -> (x, p)`` of the packed
-    argmax (``largest``) / argmin word. ``val_dt``: float32, int32 or uint32; ``pos_kind``:
-    'i' (signed 32-bit positions), 'u' (unsigned, and lifted positions < 2**32 - 1)."""
+    argmax (``largest``) / argmin word: the better pair has the larger word, in both, so
+    both take the atomic max, and 0, the word of "nothing yet", is below every pair (or
+    equals one int32 pair at the very end of the range: unreached and that pair then fold
+    the same way into ``out``'s prior value but for its position on a tie). ``val_dt``: float32, int32 or uint32; ``pos_kind``: 'i' (signed
+    32-bit positions), 'u' (unsigned, and lifted positions < 2**32 - 1)."""
     env = {"U32": np.uint32, "U64": np.uint64, "F": val_dt.type, "I32": np.int32,
            "P": np.int64, "TOP": np.uint32(0x80000000), "ALL": np.uint32(0xFFFFFFFF)}
     enc = ["def encode(x, p):"]
@@ -155,7 +161,12 @@ def _encoders(val_dt, pos_kind, largest):
         enc.append("    q = U32(~q)")
         dec.append("    lo = U32(~lo)")
     dec.append("    p = P(I32(U32(lo ^ TOP)))" if pos_kind == "i" else "    p = P(lo)")
-    enc.append("    return U64(U64(h) << U64(32)) | U64(q)")
+    # argmin's word is complemented: the smallest pair is the largest word, so both take
+    # the atomic max and the word of "nothing yet" is 0 for both (kept-zero scratch)
+    enc.append("    return U64(U64(h) << U64(32)) | U64(q)" if largest else
+               "    return ~(U64(U64(h) << U64(32)) | U64(q))")
+    if not largest:
+        dec.insert(1, "    w = ~w")
     dec.append("    return x, p")
     return (_codegen.build("\n".join(enc) + "\n", "encode", env),
             _codegen.build("\n".join(dec) + "\n", "decode", env))
@@ -218,28 +229,16 @@ def _field_updater(ops, out_vt, wide):
     return _codegen.build("\n".join(lines) + "\n", "update", env)
 
 
-@functools.lru_cache(maxsize=None)
-def _word_extremum(largest):
-    """Device function ``update(outs, bits, idx, v)`` of ``packed``: the atomic max (min)
-    of word ``v[0]`` into ``outs[0][idx]``, only where it beats the word read first. The
-    words only grow (shrink), so a stale read just leaves the decision to the atomic, and
-    most elements of a key seen many times (a power law's hot keys) skip it: the
-    one-field float max by key, whose compare-and-swap loop reads first, runs 4x faster
-    than unconditional 64-bit atomics on shuffled keys (H100)."""
-    if largest:
-        @cuda.jit(device=True)
-        def update_max(outs, bits, idx, v):
-            if v[0] > outs[0][idx]:
-                cuda.atomic.max(outs[0], idx, v[0])
-
-        return update_max
-
-    @cuda.jit(device=True)
-    def update_min(outs, bits, idx, v):
-        if v[0] < outs[0][idx]:
-            cuda.atomic.min(outs[0], idx, v[0])
-
-    return update_min
+@cuda.jit(device=True)
+def _word_max(outs, bits, idx, v):
+    """``update(outs, bits, idx, v)`` of ``packed``: the atomic max of word ``v[0]`` into
+    ``outs[0][idx]``, only where it beats the word read first. The words only grow, so a
+    stale read just leaves the decision to the atomic, and most elements of a key seen
+    many times (a power law's hot keys) skip it: the one-field float max by key, whose
+    compare-and-swap loop reads first, runs 4x faster than unconditional 64-bit atomics
+    on shuffled keys (H100)."""
+    if v[0] > outs[0][idx]:
+        cuda.atomic.max(outs[0], idx, v[0])
 
 
 def cas_fits(vt):
@@ -335,7 +334,7 @@ def scatter_kernel(spec):
     if spec.ops is None:         # one packed word per key (``cas``)
         update = _cas_updater(spec.reduce_op, spec.out_vt, spec.wide)
     elif spec.lift.__class__ is tuple:       # ``packed``: one word per key, max or min
-        update = _word_extremum(spec.lift[1])
+        update = _word_max
     else:
         update = _field_updater(spec.ops, spec.out_vt, spec.wide)
     record = _bk._record
@@ -406,32 +405,20 @@ def scatter_kernel(spec):
 # --- per-key passes ---------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def fill_kernel(vt):
-    """Kernel ``(arrays, count, value)``: ``arrays[f][k] = value[f]`` for ``k < count``."""
-    store, cast = vt.store, vt.cast
-
-    def fill(arrays, count, value):
-        k = np.int64(cuda.grid(1))
-        while k < count:
-            store(arrays, k, cast(value))
-            k += cuda.gridsize(1)
-
-    return fill
-
-
-@functools.lru_cache(maxsize=None)
 def packed_finish_kernel(op, out_vt, pos_kind):
-    """Kernel ``(words, outs, m, empty)``: each key's packed word (``empty``: nothing
-    reached it) decoded and folded into ``outs`` (``op(out, decoded)``)."""
+    """Kernel ``(words, outs, m)``: each key's packed word decoded and folded into ``outs``
+    (``op(out, decoded)``) where a pair reached it (not 0), and reset to 0, so the words
+    are zero again for the next call (``_packed_words``)."""
     decode = _encoders(out_vt.fields[0], pos_kind, op is argmax)[1]
     combine, load, store, cast = op.combine(out_vt), out_vt.load, out_vt.store, out_vt.cast
 
-    def finish(words, outs, m, empty):
+    def finish(words, outs, m):
         k = np.int64(cuda.grid(1))
         while k < m:
             w = words[np.uint64(k)]
-            if w != empty:
+            if w != np.uint64(0):
                 store(outs, k, combine(load(outs, k), cast(decode(w))))
+                words[np.uint64(k)] = np.uint64(0)
             k += cuda.gridsize(1)
 
     return finish
@@ -815,23 +802,33 @@ def _warp_path(algorithm):
     return add
 
 
+#: Up to this many keys, ``packed`` keeps its words in scratch that every call leaves zero
+#: (``launch.kept_zeros``, one buffer per stream and power-of-two size), which saves the
+#: launch that fills them; more keys fill a call's own words first.
+KEPT_WORDS_MAX = 1 << 22
+
+
+def _packed_words(b, keys, m):
+    """The ``m`` zeroed words of a ``packed`` call (``b``'s Program)."""
+    if m <= KEPT_WORDS_MAX:
+        size = 1 << max(9, (m - 1).bit_length())
+        return _launch.kept_zeros("bykey packed words", b.device_id, b.stream, 8 * size).view(np.uint64, (m,), 0)
+    words = b.output(keys, (m,), np.uint64)
+    _launch.fill(b, ValueType.of((np.uint64,)), (words,), m, (0,))
+    return words
+
+
 def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
     pos_kind = _packable(op, in_vt, out_vt, lift, n)
-    largest = op is argmax
-    word_vt = ValueType.of((np.uint64,))
-    words = b.output(keys, (max(m, 1),), np.uint64)
-    # the identity's word: below every real word for argmax (0), above for argmin (all ones)
-    empty = np.uint64(0) if largest else np.uint64((1 << 64) - 1)
-    b.launch(fill_kernel(word_vt), ("bykey-fill", word_vt), _each_grid(m), EACH_NT, ((words,), np.int64(m), (empty,)))
+    words = _packed_words(b, keys, max(m, 1))
     src_vt = ValueType.of((out_vt.fields[0], np.dtype(np.uint32 if pos_kind == "u" else np.int32)))
     wide = m > np.iinfo(np.int32).max
-    pick = maximum if largest else minimum
-    spec = Spec(_rows(), ("pack", largest, pos_kind, lift == "index"), keys.dtype, tuple(v.dtype for v in vals),
-                src_vt, word_vt, (pick,), pick, wide, _tile())
+    spec = Spec(_rows(), ("pack", op is argmax, pos_kind, lift == "index"), keys.dtype,
+                tuple(v.dtype for v in vals), src_vt, ValueType.of((np.uint64,)), (maximum,), maximum, wide, _tile())
     values = vals[0] if lift == "index" else vals
     _scatter(b, spec, keys, values, (words,), (words,), n, m, status, epoch)
     b.launch(packed_finish_kernel(op, out_vt, pos_kind), ("bykey-unpack", op, out_vt, pos_kind), _each_grid(m),
-             EACH_NT, (words, outs, np.int64(m), empty))
+             EACH_NT, (words, outs, np.int64(m)))
 
 
 def _cas_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
@@ -851,7 +848,7 @@ def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, e
     count_sum = (b.output(keys, (max(m, 1),), f64), b.output(keys, (max(m, 1),), f64))
     sq = (b.output(keys, (max(m, 1),), f64),)
     wide = m > np.iinfo(np.int32).max
-    b.launch(fill_kernel(cs_vt), ("bykey-fill", cs_vt), _each_grid(m), EACH_NT, (count_sum, np.int64(m), (0.0, 0.0)))
+    _launch.fill(b, cs_vt, count_sum, m, (0.0, 0.0))
     x = vals[0]
     spec = Spec(_rows(), "count", keys.dtype, (x.dtype,), ValueType.of(x.dtype), cs_vt, (plus, plus), plus, wide,
                 _tile())

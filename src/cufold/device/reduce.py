@@ -42,7 +42,7 @@ from numba import config, cuda
 
 from .. import _codegen, block
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch
-from ..host.launch import Tile, fill_kernel
+from ..host.launch import Tile, fill
 
 #: The last block folds at most this many partials per thread (bounds the grid).
 PARTIALS_PER_THREAD = 8
@@ -120,7 +120,14 @@ def _lift_welford(x, i):
     return (1.0, x, 0.0)
 
 
-LIFTS = {"value": _lift_value, "index": _lift_index, "pair": _lift_pair, "welford": _lift_welford}
+def _lift_count(x, i):
+    return (1.0, x)
+
+
+LIFTS = {"value": _lift_value, "index": _lift_index, "pair": _lift_pair, "welford": _lift_welford,
+         "count": _lift_count}
+#: Lifts of means: their reduction of nothing is NaN (NumPy's mean of an empty slice).
+NAN_WHEN_EMPTY = ("welford", "count")
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,6 +150,10 @@ def _project_mean(v, ddof):
     return v[1]
 
 
+def _project_count_mean(v, ddof):
+    return v[1] / v[0]
+
+
 def _project_var(v, ddof):
     return v[2] / (v[0] - ddof)
 
@@ -152,6 +163,7 @@ def _project_mean_var(v, ddof):
 
 
 PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _project_mean,
+               "count_mean": _project_count_mean,
                "var": _project_var, "mean_var": _project_mean_var}
 
 
@@ -590,7 +602,7 @@ def run(b, plan_, xs, n, outs, init):
     partials, counter = _workspace(b.device_id, b.stream, acc_vt, max(partial_count, 1))
     if spec.finish in ("atomic_warp", "atomic_block"):
         start = init_value if has_init else spec.op.identity_for(acc_vt)
-        b.launch(fill_kernel(spec.out_vt), ("fill", spec.out_vt), 1, 1, (outs, start))
+        fill(b, spec.out_vt, outs, 1, start)
     b.launch(reduce_kernel(spec), ("reduce", spec), grid, nt, (xs, n, partials, counter, outs, init_value, has_init))
     if spec.finish != "partials":
         return

@@ -87,7 +87,7 @@ from .. import _codegen, block
 from ..ops import as_op, maximum, minimum, multiplies, plus
 from ..values import ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs, types as _types
-from ..host.launch import Tile, fill_kernel
+from ..host.launch import Tile, fill
 from .reduce import tile_for as _reduce_tile_for
 
 __all__ = ["ALGORITHMS", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
@@ -1237,7 +1237,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
         totals = vecs if out_vt.is_tuple else vecs[0]
     if n == 0:
         if total:
-            b.launch(fill_kernel(out_vt), ("fill", out_vt), 1, 1, (totals, out_vt.make(identity)))
+            fill(b, out_vt, totals, 1, identity)
     else:
         p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
         add_launches(b, p, xs if is_tuple else xs[0], outs, n, init_value, has_init, totals)

@@ -589,7 +589,7 @@ def _check_offsets(off):
         raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
 
 
-def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None):
+def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None, deterministic=True):
     """Reduce every segment ``values[offsets[i]:offsets[i+1]]`` of a CSR layout.
 
     Parameters
@@ -609,6 +609,10 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     dtype : accumulator and result dtype (default as ``cufold.reduce``: sums of
         small integers are int64/uint64, float16 accumulates in float32).
     stream : the library's stream object or a raw ``CUstream`` handle.
+    deterministic : True (default): the same bits run to run; ``"gpu_to_gpu"``
+        (float sums, ``op=plus``, no ``init``): the same bits on any GPU and launch
+        shape, by binned summation (a warp per segment; see
+        :mod:`cufold.device.reproducible` for the error bound).
 
     Returns an array of ``len(offsets) - 1`` results in ``values``' library (a
     tuple for tuple values), without synchronising the host.
@@ -636,21 +640,32 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     off = _arrays.describe(offsets, "offsets")
     if len(arrs) == 1 and arrs[0].ndim != 1:          # feature rows (n, F)
         from . import rows
+        if deterministic.__class__ is str and arrs[0].dtype.kind == "f":
+            raise ValueError("cufold: deterministic=%r takes 1-D values; feature rows (n, F) are reproducible "
+                             "run to run (deterministic=True), not across GPUs" % (deterministic,))
         return rows.segmented_reduce(arrs[0], off, op, init, dtype, _arrays.stream_handle(arrs + (off,), stream),
                                      stream is not None)
     return _segmented_programs.run(
         (tuple(map(_programs.signature, arrs)), _programs.signature(off),
-         _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None), *arrs, off)
+         _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None, deterministic),
+        *arrs, off)
 
 
 def _plan_segmented_key(key, *arrays):
     """The Program of segmented_reduce call signature ``key`` for ``arrays`` (the
     value fields, then the offsets)."""
-    _, _, handle, op, init, dtype, given_stream = key
+    _, _, handle, op, init, dtype, given_stream, deterministic = key
     arrs, off = arrays[:-1], arrays[-1]
     _check_values(arrs, "values")
     _check_offsets(off)
     _arrays.same_device(arrays, "values and offsets")
+    if deterministic.__class__ is str and any(a.dtype.kind == "f" for a in arrs):
+        if deterministic != "gpu_to_gpu":
+            raise ValueError("cufold: deterministic must be True or 'gpu_to_gpu'; got %r" % (deterministic,))
+        from . import reproducible
+        b = _programs.Builder(off.device_id, handle, handle if given_stream else None)
+        reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype)
+        return b.build()
     return _plan_segmented(arrs, off, as_op(op), init, dtype, handle, handle if given_stream else None,
                            "segmented_reduce")
 

@@ -26,7 +26,7 @@ def register(kind, names):
 
 def algorithms(kind):
     """The names ``algorithm=`` accepts for ``kind``: 'reduce', 'scan',
-    'reduce_by_key' or 'histogram'.
+    'reduce_by_key', 'histogram' or 'segmented_scan'.
 
     Example: ``cufold.algorithms("reduce")`` -> ``('single_pass', 'two_pass', ...)``
     """

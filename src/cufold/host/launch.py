@@ -1213,8 +1213,14 @@ def kernel_for(fn, key, args):
     kernel = _kernels.get(k)
     if kernel is None:
         sig = tuple(_nbtype(a) for a in args)
-        kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k))
+        kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k), **jit_options_of(fn))
     return kernel
+
+
+def jit_options_of(fn):
+    """The ``cuda.jit`` options a kernel factory attached to its kernel (``fn.jit_options``,
+    e.g. ``launch_bounds`` to cap registers for occupancy); none in the simulator."""
+    return {} if SIMULATOR else getattr(fn, "jit_options", {})
 
 
 def launch(fn, key, grid, nt, stream, args):
@@ -1223,16 +1229,26 @@ def launch(fn, key, grid, nt, stream, args):
 
 
 @functools.lru_cache(maxsize=None)
-def fill_kernel(out_vt):
-    """Kernel ``(out, value)``: one thread writes ``value`` (an empty input's result,
-    or the starting value of an atomic reduction)."""
-    store, cast = out_vt.store, out_vt.cast
+def fill_kernel(vt):
+    """Kernel ``(outs, count, value)``: ``outs[k] = value`` for ``k < count`` (``outs`` as
+    ``vt.store`` takes it); grid-stride. Launched by :func:`fill`."""
+    store, cast = vt.store, vt.cast
 
-    def fill(out, value):
-        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
-            store(out, 0, cast(value))
+    def fill(outs, count, value):
+        k = np.int64(cuda.grid(1))
+        while k < count:
+            store(outs, k, cast(value))
+            k += cuda.gridsize(1)
 
     return fill
+
+
+def fill(b, vt, outs, count, value):
+    """Add to Program builder ``b`` the launch that sets ``outs[:count]`` to ``value`` (of
+    ``vt``): an empty input's result, the start of an atomic reduction, scratch to fill."""
+    nt = min(256, 32 * -(-count // 32)) or 32
+    b.launch(fill_kernel(vt), ("fill", vt), max(1, min(-(-count // nt), 1024)), nt,
+             (outs, np.int64(count), vt.make(value)))
 
 
 # ---------------------------------------------------------------------------

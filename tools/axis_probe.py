@@ -1,0 +1,50 @@
+"""A few axis reductions once each (after a warm-up), for ncu: which kernel and schedule the
+planner picks, and the GPU time of each next to torch's.
+
+    PYTHONPATH=src python tools/axis_probe.py            # times
+    ncu --set full -k regex:axis python tools/axis_probe.py --once
+"""
+import sys
+
+import torch
+
+import cufold
+from cufold.device import axis as A
+
+once = "--once" in sys.argv
+x = torch.rand(8192, 8192, device="cuda")
+y = torch.rand(64, 3, 65536, device="cuda")
+CASES = [("y.sum(axis=1)", lambda: cufold.sum(y, axis=1), lambda: y.sum(1)),
+         ("x[::2].sum()", lambda: cufold.sum(x[::2]), lambda: x[::2].sum()),
+         ("x.sum(axis=0)", lambda: cufold.sum(x, axis=0), lambda: x.sum(0)),
+         ("x.sum(axis=1)", lambda: cufold.sum(x, axis=1), lambda: x.sum(1))]
+
+
+def gpu_us(fn, reps=20):
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+for name, mine, theirs in CASES:
+    if once:
+        mine()
+        torch.cuda.synchronize()
+        continue
+    print("%-16s cufold %8.1f us  torch %8.1f us" % (name, gpu_us(mine), gpu_us(theirs)))
+lim = A.limits(0)
+print(lim)
+for name, shape, strides, axes in [("y.sum(axis=1)", (64, 3, 65536), (196608, 65536, 1), (1,)),
+                                   ("x[::2].sum()", (4096, 8192), (16384, 1), (0, 1)),
+                                   ("x.sum(axis=0)", (8192, 8192), (8192, 1), (0,)),
+                                   ("x.sum(axis=1)", (8192, 8192), (8192, 1), (1,))]:
+    layout = A.plan_layout(shape, strides, axes, True, False)
+    print(name, layout.kind, A.schedule(layout, lim) if layout.kind != "contiguous" else "")
