@@ -1307,7 +1307,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
                          init_value, has_init, None)
         else:
             var = variant()
-            nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, var)
+            nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, out_vt, var)
             ws = _launch.workspace(b.device_id, b.stream, nbytes)[1]
             _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, _sa.windows(src, lay.inp, lay),
                              _sa.windows(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var)

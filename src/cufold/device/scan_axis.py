@@ -75,7 +75,8 @@ __all__ = ["Layout", "plan_layout", "LANE_ROW", "add_launches", "gather"]
 
 #: Rows of at most this many items run on groups of lanes; longer ones on tiles.
 LANE_ROW = 256
-#: Rows a lane of the lanes kernel works on at once (their loads in flight together).
+#: Rows a lane of the lanes kernel works on at once (their loads in flight together;
+#: twice as many for accumulators of 4 bytes or less).
 ROWS_PER_LANE = 4
 #: Loads a thread of the columns kernel issues before combining them.
 COLUMN_UNROLL = 8
@@ -193,13 +194,14 @@ def _local(vt, count):
 # --- lanes: groups of G lanes per row ------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane):
+def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
     """Kernel ``(xs, outs, rows, cols, init)`` over 3-D ``(A, L, C)`` views
     (``rows = A*C``, row ``r`` is ``(r // C, :, r % C)``): groups of ``group``
     lanes (a power of two <= 32) scan a row ``group`` items at a time (a shuffle
     scan of the group, after the carry of the items before); each lane works on
     ``per_lane`` rows at once. Every lane of a warp runs every step (shuffles
-    with the full mask): lanes past the last row load a real item and store nothing."""
+    with the full mask): lanes past the last row load a real item and store nothing.
+    ``split``: ``C > 1`` (else a row is ``(r, :, 0)``, with no division)."""
     g = group
     exclusive = kind == "exclusive"
     scan = warp.inclusive_scan(op, acc_vt, width=g)
@@ -233,8 +235,8 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane):
                 kc = min(k, length - 1)
                 for j in range(per_lane):
                     row = min(first_row + j * groups, rows - 1)
-                    a = row // cols
-                    put(vals, j, to_acc(load_in(xs, a, kc, row - a * cols)))
+                    a = row // cols if split else row
+                    put(vals, j, to_acc(load_in(xs, a, kc, row - a * cols if split else 0)))
                 for j in range(per_lane):
                     v = scan(get(vals, j))
                     c_in = get(carry, j)
@@ -247,8 +249,8 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane):
                             result = c_in
                     row = first_row + j * groups
                     if row < rows and k < length:
-                        a = row // cols
-                        store_out(outs, a, k, row - a * cols, to_out(result))
+                        a = row // cols if split else row
+                        store_out(outs, a, k, row - a * cols if split else 0, to_out(result))
                     put(carry, j, shfl_idx(FULL_MASK, v, last_lane))
 
     return scan_lanes
@@ -263,7 +265,9 @@ def tiles_kernel(spec):
     row of 3-D ``(A, L, C)`` views; ``tiles = rows * per_row``. A block draws a
     ticket (:func:`.scan.draw`); ticket ``t`` is tile ``t % per_row`` of row
     ``t // per_row``, whose look-back reads only that row's range of tile states
-    (a row's first tile starts it: its prefix is its aggregate)."""
+    (a row's first tile starts it: its prefix is its aggregate). Rows of one tile
+    (``spec.carry == 'single_block'``): block ``r`` scans row ``r``, with no
+    ticket and no tile states."""
     from . import scan as S
     tile_scan, temp_items = S._tile_scan(spec)
     tile_storage = block.temp_storage(spec.acc_vt, S._tile_slots(spec.tile))
@@ -317,6 +321,20 @@ def tiles_kernel(spec):
         tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
                   False)
 
+    def scan_rows_one_tile(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init,
+                           totals):
+        smem = tile_storage()
+        temp = scan_storage()
+        stash = stash_storage()
+        row = np.int64(cuda.blockIdx.x)
+        a = row // cols
+        state = (np.int64(0), pres, np.uint32(0), init, has_init, stash)
+        length = dims(xs)[1]
+        tile_scan(row_in(xs, a, row - a * cols), row_out(outs, a, row - a * cols), length, np.int64(0), 1,
+                  state, smem, temp, totals, False)
+
+    if spec.carry == "single_block":
+        return scan_rows_one_tile
     return scan_rows_packed if spec.variant.states == "packed" else scan_rows_wide
 
 
@@ -456,20 +474,20 @@ def _column_chunks(b, lay):
     return chunk, -(-lay.L // chunk)
 
 
-def scratch_bytes(b, lay, op, in_vt, acc_vt, var):
-    """Workspace bytes :func:`add_launches` carves for ``lay``."""
+def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
+    """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
     from . import scan as S
     if lay.kind == "columns":
         chunk, chunks = _column_chunks(b, lay)
         if chunks == 1:
-            return 256
+            return S._bytes(acc_vt, 1)
         spine = Layout("lanes" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
-        return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, var)
+        return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
     if lay.kind == "tiles":
         tile = row_tile(in_vt, acc_vt, lay.L)
         tiles = lay.A * lay.C * -(-lay.L // (tile.nt * tile.vt))
-        return 256 + 2 * S._bytes(S._storage_vt(acc_vt), tiles)
-    return 256
+        return S._bytes(out_vt, 1) + 2 * S._bytes(S._storage_vt(acc_vt), tiles)
+    return 0
 
 
 def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_init, ws, offset, var):
@@ -481,23 +499,30 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     rows = lay.A * lay.C
     if lay.kind == "lanes":
         group = 1 << max(0, math.ceil(math.log2(max(1, min(lay.L, 32)))))
-        per_lane = ROWS_PER_LANE
+        per_lane = ROWS_PER_LANE * (2 if acc_vt.itemsize <= 4 else 1)
         nt = _threads()
         groups = -(-rows // per_lane)
         grid = _grid(b, groups * group, nt, 8)
-        b.launch(lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane),
-                 ("scan_lanes", op, in_vt, acc_vt, out_vt, kind, group, per_lane), grid, nt,
+        split = lay.C > 1
+        b.launch(lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split),
+                 ("scan_lanes", op, in_vt, acc_vt, out_vt, kind, group, per_lane, split), grid, nt,
                  (xs, outs, rows, lay.C, init))
         return
     if lay.kind == "tiles":
         tile = row_tile(in_vt, acc_vt, lay.L)
         per_row = -(-lay.L // (tile.nt * tile.vt))
         tiles = rows * per_row
+        totals, offset = S._carve(ws, offset, out_vt, 1)          # never written
+        if per_row == 1:
+            spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block",
+                          var._replace(states=None, poll=None, ids=None))
+            b.launch(tiles_kernel(spec), ("scan_tiles", spec), tiles, tile.nt,
+                     (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
+            return
         var = var._replace(states="packed" if var.states == "packed" and S._packable(acc_vt) else "wide")
         spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var)
         st = S.look_back_state(b.device_id, b.stream, tiles)
         b.guard(lambda: st.fits(tiles))
-        totals, offset = S._carve(ws, offset, out_vt, 1)          # never written
         if var.states == "packed":
             states, aggs, pres = st.words, st.counter, st.counter
         else:
