@@ -10,10 +10,9 @@ Outputs given with ``out=`` are poisoned first, so an element left unwritten fai
 
 import numpy as np
 import pytest
+from conftest import SIMULATOR, to_device, to_host
 from numba import cuda
 from numpy.lib.stride_tricks import as_strided
-
-from conftest import SIMULATOR, to_device, to_host
 
 import cufold
 from cufold.device import scan_axis
@@ -260,3 +259,26 @@ def test_bad_axes_and_shapes():
         cufold.cumsum(d, out=to_device(np.zeros((3, 4), np.float32)))       # axis=None: 1-D result
     with pytest.raises(ValueError, match="cufold: the arrays of x must be equally long"):
         cufold.inclusive_scan((d, to_device(np.zeros((4, 3), np.float32))), AFFINE, axis=0)
+
+
+# --- the bench suite (python -m cufold bench scan-axes): cases, targets, table, dry run ---------
+
+def test_bench_scan_axes_targets_and_dry_run():
+    import io
+
+    from cufold import bench
+    from cufold.bench import scan_axes as B
+    assert len(B.cases()) == 8 and len(B.cases({"affine"})) == 1
+    rows = [{"kind": "cumsum", "shape": [4096, 4096], "axis": 0, "reverse": False, "plan": "columns",
+             "floor_us": 30.0, "cufold": {"status": "ok", "gpu_us": 40.0}, "torch": {"status": "ok", "gpu_us": 80.0}},
+            {"kind": "affine", "shape": [4096, 2048], "axis": 1, "reverse": False, "plan": "tiles",
+             "floor_us": 32.0, "cufold": {"status": "ok", "gpu_us": 45.0}, "triton": {"status": "ok", "gpu_us": 40.0},
+             "jax": {"status": "ok", "gpu_us": 277.0}}]
+    res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": rows}
+    res["targets_evaluated"] = B.evaluate(res)
+    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS"]
+    text = B.format_results(res)
+    assert "targets:" in text and "cumsum 4096x4096 axis=0" in text
+    out = io.StringIO()
+    assert bench.main(["scan-axes", "--dry-run"], stdout=out) == 0
+    assert out.getvalue().count("axis=") == 8 and "plan=columns" in out.getvalue()

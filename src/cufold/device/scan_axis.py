@@ -68,10 +68,11 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block, warp
-from ..host import arrays as _arrays, launch as _launch
+from ..host import arrays as _arrays
+from ..host import launch as _launch
 from ..host.launch import Tile
 
-__all__ = ["Layout", "plan_layout", "LANE_ROW", "add_launches", "gather"]
+__all__ = ["LANE_ROW", "Layout", "add_launches", "gather", "plan_layout"]
 
 #: Rows of at most this many items run on groups of lanes; longer ones on tiles.
 LANE_ROW = 256
@@ -478,7 +479,7 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
     """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
     from . import scan as S
     if lay.kind == "columns":
-        chunk, chunks = _column_chunks(b, lay)
+        chunks = _column_chunks(b, lay)[1]
         if chunks == 1:
             return S._bytes(acc_vt, 1)
         spine = Layout("lanes" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
