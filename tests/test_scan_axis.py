@@ -282,3 +282,19 @@ def test_bench_scan_axes_targets_and_dry_run():
     out = io.StringIO()
     assert bench.main(["scan-axes", "--dry-run"], stdout=out) == 0
     assert out.getvalue().count("axis=") == 8 and "plan=columns" in out.getvalue()
+
+
+def test_columns_with_a_tiles_spine(rng, monkeypatch):
+    """More chunks than LANE_ROW: the chunk folds are scanned by the tiles kernel;
+    and an exclusive scan with init along rows of several tiles (a look-back per row)."""
+    monkeypatch.setattr(scan_axis, "LANE_ROW", 8)
+    x = rng.integers(-9, 9, (291, 3)).astype(np.int32)
+    d = to_device(x)
+    lay = scan_axis.plan_layout(x.shape, (3, 1), (3, 1), 0, False)
+    assert lay.kind == "columns"
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(d, axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+    xt = np.ascontiguousarray(x.T)
+    got = to_host(cufold.exclusive_scan(to_device(xt), axis=1, init=7))
+    np.testing.assert_array_equal(got, 7 + np.cumsum(xt, axis=1) - xt)

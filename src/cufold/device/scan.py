@@ -1146,8 +1146,8 @@ def _scan_outputs(b, like, out_vt, given, shape):
         arrs = list(given)
         for a, f in zip(arrs, out_vt.fields):
             if a.shape != tuple(shape):
-                raise ValueError("cufold: out= must have the result's shape %s; it has shape %s"
-                                 % (tuple(shape), a.shape))
+                raise ValueError("cufold: out= must have the result's shape %s (%d elements); it has "
+                                 "shape %s" % (tuple(shape), int(np.prod(shape)), a.shape))
             if a.dtype != f:
                 raise TypeError("cufold: out= has dtype %s, the scan's result is %s" % (a.dtype, f))
             if a.device_id != like.device_id:
