@@ -298,3 +298,40 @@ def test_columns_with_a_tiles_spine(rng, monkeypatch):
     xt = np.ascontiguousarray(x.T)
     got = to_host(cufold.exclusive_scan(to_device(xt), axis=1, init=7))
     np.testing.assert_array_equal(got, 7 + np.cumsum(xt, axis=1) - xt)
+
+
+# --- the pair tile states (8-byte accumulators, pairs of 4-byte fields) ------------------------
+
+def test_pair_states_layouts(rng):
+    from cufold.device import scan
+    from cufold.values import ValueType
+    f32x2, i64 = ValueType.of((np.float32, np.float32)), ValueType.of(np.int64)
+    assert scan.state_layout("packed", f32x2) == "pair" and scan.state_layout("packed", i64) == "pair"
+    assert scan.state_layout("wide", i64) == "wide"
+    assert scan.state_layout("packed", ValueType.of((np.int64, np.int64))) == "wide"
+    assert scan.plan(AFFINE, f32x2, f32x2, f32x2, 10**6, "inclusive", "single_pass").spec.variant.states == "pair"
+
+
+@pytest.mark.parametrize("dtypes", [(np.int32, np.int32), (np.int64,), (np.uint8, np.int32)])
+def test_pair_states_exact(rng, dtypes):
+    """Look-back over many tiles with two-word states: values whose halves both matter."""
+    n = 700
+    if len(dtypes) == 1:                                          # int64 sums past 2^32
+        x = rng.integers(-100, 100, n).astype(np.int64) << 33
+        got, total = cufold.inclusive_scan(to_device(x), algorithm="single_pass", total=True)
+        np.testing.assert_array_equal(to_host(got), np.cumsum(x))
+        assert int(to_host(total)) == int(x.sum())
+        got = cufold.exclusive_scan(to_device(x), init=5, algorithm="single_pass", reverse=True)
+        np.testing.assert_array_equal(to_host(got), 5 + np.flip(np.cumsum(np.flip(x))) - x)
+        return
+    a = rng.integers(0, 2, n).astype(dtypes[0])
+    b = rng.integers(-3, 4, n).astype(dtypes[1])
+    # a segmented sum (q[0]: q starts a segment): associative, not commutative
+    pick = Op(lambda p, q: (p[0] | q[0], q[1] if q[0] else p[1] + q[1]), name="segmented_sum")
+    got = to_host(cufold.inclusive_scan(to_device((a, b)), pick, algorithm="single_pass"))
+    acc, want = None, []
+    for p in zip(a.tolist(), b.tolist()):
+        acc = p if acc is None else (acc[0] | p[0], p[1] if p[0] else acc[1] + p[1])
+        want.append(acc)
+    np.testing.assert_array_equal(got[1], np.array([w[1] for w in want]))
+    np.testing.assert_array_equal(got[0], np.array([w[0] for w in want], dtypes[0]))

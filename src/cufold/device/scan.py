@@ -224,6 +224,64 @@ def _packable(vt):
     return vt.arity == 1 and vt.itemsize <= 4 and vt.fields[0] != np.float16
 
 
+def _chunks(vt):
+    """The 32-bit chunks of a value of ``vt`` (a field of 8 bytes is two), or None
+    where a field cannot be bit-cast (float16, which is never an accumulator)."""
+    if any(f == np.float16 or f.itemsize > 8 for f in vt.fields):
+        return None
+    return sum(1 if f.itemsize <= 4 else 2 for f in vt.fields)
+
+
+def _pairable(vt):
+    """Whether a value is two 32-bit chunks (int64, float64, or two fields of at most
+    4 bytes: the affine pair of float32): the ``pair`` layout of :func:`_tile_states`."""
+    return _chunks(vt) == 2
+
+
+def state_layout(states, acc_vt):
+    """The tile-state layout a look-back of ``acc_vt`` uses when ``states`` (a
+    :class:`Variant`'s) is asked for: ``packed`` (one word a tile), ``pair`` (two
+    words, each with its own copy of the status) or ``wide`` (flags and value arrays)."""
+    if states == "packed":
+        if _packable(acc_vt):
+            return "packed"
+        if _pairable(acc_vt):
+            return "pair"
+    return "wide"
+
+
+def state_words(layout):
+    """uint64 state words a tile takes in a look-back state (``wide``: its flag only)."""
+    return 2 if layout == "pair" else 1
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_codec(vt):
+    """``(to_words, from_words)`` device functions: a value of a pairable ``vt`` as
+    two uint64 holding 32 bits each (low first), and back."""
+    env = dict(vt._env())
+    if vt.arity == 1:                            # one 8-byte field: its two halves
+        env["U"] = np.uint64
+        to = ("def to_words(v):\n    b = T0(%s).view(U)\n"
+              "    return b & np.uint64(0xFFFFFFFF), b >> np.uint64(32)\n" % vt._field("v", 0))
+        back = ("def from_words(w0, w1):\n    return %s\n"
+                % vt._pack(["((w1 << np.uint64(32)) | (w0 & np.uint64(0xFFFFFFFF))).view(T0)"]))
+        return _codegen.build(to, "to_words", env), _codegen.build(back, "from_words", env)
+    parts_to, parts_back = [], []
+    for i, f in enumerate(vt.fields):             # two fields of at most 4 bytes: one each
+        v, w = vt._field("v", i), "w%d" % i
+        if f.kind == "b":
+            parts_to.append("np.uint64(1 if %s else 0)" % v)
+            parts_back.append("(%s & np.uint64(1)) != 0" % w)
+        else:
+            env["U%d" % i] = np.dtype("u%d" % f.itemsize).type
+            parts_to.append("np.uint64(T%d(%s).view(U%d))" % (i, v, i))
+            parts_back.append("U%d(%s & np.uint64(%d)).view(T%d)" % (i, w, (1 << 8 * f.itemsize) - 1, i))
+    to = "def to_words(v):\n    return %s, %s\n" % tuple(parts_to)
+    back = "def from_words(w0, w1):\n    return %s\n" % vt._pack(parts_back)
+    return _codegen.build(to, "to_words", env), _codegen.build(back, "from_words", env)
+
+
 @functools.lru_cache(maxsize=None)
 def _word_codec(vt):
     """``(to_bits, from_bits)`` device functions: a value of a packable ``vt`` as
@@ -296,10 +354,45 @@ def _tile_states(acc_vt, layout, poll):
     word is ``tag | status``, the low half the value's bits. A 64-bit access is
     single-copy atomic, so the value is never seen without its flag: one atomic
     exchange publishes, one load per predecessor reads, and there is no fence.
+    ``pair`` (the same ``lb``; tile ``j`` at words ``2j`` and ``2j + 1``): a value
+    of two 32-bit chunks (int64, float64, a pair of float32), each chunk in the low
+    half of its own word beside its own copy of ``tag | status``: two atomic
+    exchanges publish, two loads read, and a reader takes a state only where both
+    words show the same status of this launch (else it reads again), so it never
+    mixes halves of two publishes; no fence either (as CUB's 16-byte words).
     ``wide`` (``lb = (flags, flags as float32, aggregates, prefixes)``): the
     value goes to its own array first, a fence, then the flag; a reader sees
     the flag, fences, then reads the value.
     """
+    if layout == "pair":
+        to_words, from_words = _pair_codec(acc_vt)
+        read_pair = _state_reader(poll, np.uint64)
+
+        @cuda.jit(device=True)
+        def publish_pair(lb, j, tag, status, value):
+            high = np.uint64(tag | status) << np.uint64(32)
+            w0, w1 = to_words(value)
+            cuda.atomic.exch(lb[0], 2 * j, high | w0)
+            cuda.atomic.exch(lb[0], 2 * j + 1, high | w1)
+
+        @cuda.jit(device=True)
+        def wait_pair(lb, j, tag, placeholder):
+            while True:
+                s = np.int32(OUTSIDE)
+                w0 = np.uint64(0)
+                w1 = np.uint64(0)
+                if j >= 0:
+                    w0 = read_pair(lb[0], lb[1], 2 * j)
+                    w1 = read_pair(lb[0], lb[1], 2 * j + 1)
+                    s = _status_of(np.uint32(w0 >> np.uint64(32)), tag)
+                    if _status_of(np.uint32(w1 >> np.uint64(32)), tag) != s:
+                        s = np.int32(EMPTY)      # one half of a newer publish: read again
+                if cuda.all_sync(FULL_MASK, s != EMPTY):
+                    break
+            return s, (from_words(w0, w1) if s != OUTSIDE else placeholder)
+
+        return publish_pair, wait_pair
+
     if layout == "packed":
         to_bits, from_bits = _word_codec(acc_vt)
         read_word = _state_reader(poll, np.uint64)
@@ -798,7 +891,7 @@ def scan_kernel(spec):
 
     if spec.carry == "single_pass":
         by_ticket = spec.variant.ids == "ticket"
-        packed = spec.variant.states == "packed"
+        packed = spec.variant.states in ("packed", "pair")      # state words (no value arrays)
 
         def scan_single_pass(xs, outs, n, tiles, counter, states, aggs, pres, init,
                              has_init, totals, want_total):
@@ -927,8 +1020,7 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
     spine = None
     if algorithm == "single_pass":
         carry = "single_pass"
-        var = var._replace(states="packed" if var.states == "packed" and _packable(acc_vt)
-                           else "wide")
+        var = var._replace(states=state_layout(var.states, acc_vt))
     else:
         carry = "single_block" if algorithm == "single_block" or tiles == 1 else "downsweep"
         var = var._replace(states=None, poll=None, ids=None)
@@ -966,7 +1058,7 @@ def _scratch_bytes(spec, tiles, algorithm, spine):
     """Bytes of per-stream workspace ``_run`` carves for a plan (mirrors it)."""
     dummy_total = _bytes(spec.out_vt, 1)
     if algorithm == "single_pass":
-        if spec.variant.states == "packed":      # the states live in the look-back state
+        if spec.variant.states in ("packed", "pair"):    # the states live in the look-back state
             return dummy_total
         return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total  # aggregates, prefixes
     if spine is None:                            # single block: placeholders only
@@ -1082,9 +1174,10 @@ def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        st = look_back_state(b.device_id, b.stream, p.tiles)
-        b.guard(lambda: st.fits(p.tiles))
-        if spec.variant.states == "packed":
+        slots = p.tiles * state_words(spec.variant.states)
+        st = look_back_state(b.device_id, b.stream, slots)
+        b.guard(lambda: st.fits(slots))
+        if spec.variant.states in ("packed", "pair"):
             states = st.words
             aggs = pres = st.counter                     # unused
         else:

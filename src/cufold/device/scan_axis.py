@@ -281,6 +281,8 @@ def tiles_kernel(spec):
     sv = S._storage_vt(spec.acc_vt)
     from_in = S._lane_io(sv, "plain")[0]                  # value arrays from an index on
 
+    words = 2 if spec.variant.states == "pair" else 1      # state words a tile
+
     @cuda.jit(device=True, inline="always")
     def start(drawn, per_row, cols):
         ticket = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
@@ -299,7 +301,7 @@ def tiles_kernel(spec):
             drawn[1] = tag
         cuda.syncthreads()
         first, tile, a, c = start(drawn, per_row, cols)
-        lb = (states[0][first:], states[1][first:])
+        lb = (states[0][first * words:], states[1][first * words:])
         state = (tile, lb, drawn, init, has_init, stash)
         length = dims(xs)[1]
         tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
@@ -336,7 +338,7 @@ def tiles_kernel(spec):
 
     if spec.carry == "single_block":
         return scan_rows_one_tile
-    return scan_rows_packed if spec.variant.states == "packed" else scan_rows_wide
+    return scan_rows_packed if spec.variant.states in ("packed", "pair") else scan_rows_wide
 
 
 def row_tile(in_vt, acc_vt, length):
@@ -487,7 +489,7 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
     if lay.kind == "tiles":
         tile = row_tile(in_vt, acc_vt, lay.L)
         tiles = lay.A * lay.C * -(-lay.L // (tile.nt * tile.vt))
-        return S._bytes(out_vt, 1) + 2 * S._bytes(S._storage_vt(acc_vt), tiles)
+        return S._bytes(out_vt, 1) + 2 * S._bytes(S._storage_vt(acc_vt), tiles)     # (wide: its values)
     return 0
 
 
@@ -520,11 +522,12 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
             b.launch(tiles_kernel(spec), ("scan_tiles", spec), tiles, tile.nt,
                      (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
             return
-        var = var._replace(states="packed" if var.states == "packed" and S._packable(acc_vt) else "wide")
+        var = var._replace(states=S.state_layout(var.states, acc_vt))
         spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var)
-        st = S.look_back_state(b.device_id, b.stream, tiles)
-        b.guard(lambda: st.fits(tiles))
-        if var.states == "packed":
+        slots = tiles * S.state_words(var.states)
+        st = S.look_back_state(b.device_id, b.stream, slots)
+        b.guard(lambda: st.fits(slots))
+        if var.states in ("packed", "pair"):
             states, aggs, pres = st.words, st.counter, st.counter
         else:
             sv = S._storage_vt(acc_vt)
