@@ -63,14 +63,15 @@ def layout(kind, lay):
 # --- the planner ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,strides,axis,kind", [
-    ((8, 40), (40, 1), 1, "lanes"),
+    ((8, 40), (40, 1), 1, "segments"),
+    ((8, 40), (80, 1), 1, "lanes"),            # rows apart: not one run
     ((8, 400), (400, 1), 1, "tiles"),
     ((8, 400), (400, 1), 0, "columns"),
     ((8, 400), (1, 8), 1, "columns"),          # a transposed view: the batch dim is contiguous
-    ((8, 400), (1, 8), 0, "lanes"),
+    ((8, 400), (1, 8), 0, "lanes"),            # input rows in one run, C-order output rows not
     ((1, 400), (400, 1), 1, "flat"),
     ((3, 4, 5), (20, 5, 1), 1, "columns"),
-    ((3, 4, 5), (20, 5, 1), 2, "lanes"),
+    ((3, 4, 5), (20, 5, 1), 2, "segments"),
     ((3, 4, 5), (1, 15, 3), 0, "lanes"),       # scanned axis contiguous, two batch groups
 ])
 def test_plan_layout_kinds(shape, strides, axis, kind):
@@ -80,8 +81,10 @@ def test_plan_layout_kinds(shape, strides, axis, kind):
 
 
 def test_plan_layout_reverse_and_gather():
-    lay = scan_axis.plan_layout((4, 10), (10, 1), (10, 1), 1, True)
-    assert lay.inp == (9, (10, -1, 0)) and lay.out == (9, (10, -1, 0))
+    lay = scan_axis.plan_layout((4, 10), (20, 1), (10, 1), 1, True)      # rows apart: lanes
+    assert lay.kind == "lanes" and lay.inp == (9, (20, -1, 0)) and lay.out == (9, (10, -1, 0))
+    lay = scan_axis.plan_layout((4, 10), (10, 1), (10, 1), 1, True)      # one run, walked backwards
+    assert lay.kind == "segments" and lay.inp == (39, (0, -1, 0)) and lay.out == (39, (0, -1, 0))
     # four dims permuted so that no two batch dims chain: three groups, gathered first
     assert scan_axis.plan_layout((2, 3, 4, 5), (60, 1, 15, 3), (60, 20, 5, 1), 2, False) is None
 
@@ -306,8 +309,9 @@ def test_pair_states_layouts(rng):
     from cufold.device import scan
     from cufold.values import ValueType
     f32x2, i64 = ValueType.of((np.float32, np.float32)), ValueType.of(np.int64)
-    assert scan.state_layout("packed", f32x2) == "pair" and scan.state_layout("packed", i64) == "pair"
-    assert scan.state_layout("wide", i64) == "wide"
+    i32 = ValueType.of(np.int32)
+    assert scan.state_layout("packed", f32x2, f32x2) == "pair" and scan.state_layout("packed", i64, i32) == "pair"
+    assert scan.state_layout("wide", i64, i32) == "wide" and scan.state_layout("packed", i64, i64) == "wide"
     assert scan.state_layout("packed", ValueType.of((np.int64, np.int64))) == "wide"
     assert scan.plan(AFFINE, f32x2, f32x2, f32x2, 10**6, "inclusive", "single_pass").spec.variant.states == "pair"
 
@@ -316,13 +320,13 @@ def test_pair_states_layouts(rng):
 def test_pair_states_exact(rng, dtypes):
     """Look-back over many tiles with two-word states: values whose halves both matter."""
     n = 700
-    if len(dtypes) == 1:                                          # int64 sums past 2^32
-        x = rng.integers(-100, 100, n).astype(np.int64) << 33
-        got, total = cufold.inclusive_scan(to_device(x), algorithm="single_pass", total=True)
-        np.testing.assert_array_equal(to_host(got), np.cumsum(x))
-        assert int(to_host(total)) == int(x.sum())
-        got = cufold.exclusive_scan(to_device(x), init=5, algorithm="single_pass", reverse=True)
-        np.testing.assert_array_equal(to_host(got), 5 + np.flip(np.cumsum(np.flip(x))) - x)
+    if len(dtypes) == 1:                                          # int32 summed as int64, past 2^32
+        x = rng.integers(2**31 - 100, 2**31 - 1, n).astype(np.int32)
+        got, total = cufold.inclusive_scan(to_device(x), dtype=np.int64, algorithm="single_pass", total=True)
+        np.testing.assert_array_equal(to_host(got), np.cumsum(x, dtype=np.int64))
+        assert int(to_host(total)) == int(x.sum(dtype=np.int64))
+        got = cufold.exclusive_scan(to_device(x), init=5, dtype=np.int64, algorithm="single_pass", reverse=True)
+        np.testing.assert_array_equal(to_host(got), 5 + np.flip(np.cumsum(np.flip(x), dtype=np.int64)) - x)
         return
     a = rng.integers(0, 2, n).astype(dtypes[0])
     b = rng.integers(-3, 4, n).astype(dtypes[1])

@@ -283,14 +283,25 @@ SCAN_AXES = [  # (dtype(s), shape, strides, axis, op, kind, numpy_sum, reverse)
     (np.float32, (8, 9, 10, 11), (990, 1, 99, 9), 2, cufold.plus, "inclusive", True, False),    # gather 4-D
     (np.float64, (300, 200), (1, 300), None, cufold.plus, "inclusive", True, False),     # gather, flat
     (np.int32, (1 << 20,), (1,), None, cufold.plus, "inclusive", True, True),             # reversed 1-D
+    ((np.float32, np.float32), (1 << 26,), (1,), None, affine, "inclusive", False, False),  # 1-D, pair states
+    ((np.float32, np.float32), (16, 1 << 20), (1 << 20, 1), 1, affine, "inclusive", False, False),  # tiles, pair
+    ((np.float32, np.float32), (16, 1 << 20), (1 << 20, 1), 1, affine, "exclusive", False, True),
+    (np.int32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "exclusive", True, False),    # int64 pair states
 ]
 for dts, shape, strides, ax, op, kind, numpy_sum, rev in SCAN_AXES:
     fields = dts if isinstance(dts, tuple) else (dts,)
     xs = tuple(view(f, shape, strides) for f in fields)
     S._plan_scan(xs, (), isinstance(dts, tuple), op, None if kind == "inclusive" or op is not affine else (1.0, 0.0),
                  None, None, False, kind, numpy_sum, 0, None, ax, rev)
-scan_keys = sorted({str(k[0][:1] + (k[0][1].tile,) if k[0][0] == "scan_tiles" else k[0][:1] + k[0][2:])
-                    for k in list(compiled)[before:]})
+def _scan_key(key):
+    if key[0] in ("scan_tiles", "scan"):
+        spec = key[1]
+        return "%s %s %s->%s %s %dx%d %s %s" % (key[0], spec.op.name, spec.in_vt, spec.out_vt, spec.kind,
+                                               spec.tile.nt, spec.tile.vt, spec.carry, spec.variant.states)
+    return str(key[:1] + key[2:])
+
+
+scan_keys = sorted({_scan_key(k[0]) for k in list(compiled)[before:]})
 for key in scan_keys:
     print("  ok   %s" % key[:150])
 print("%d axis-scan kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

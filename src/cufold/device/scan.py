@@ -238,14 +238,20 @@ def _pairable(vt):
     return _chunks(vt) == 2
 
 
-def state_layout(states, acc_vt):
+def state_layout(states, acc_vt, in_vt=None):
     """The tile-state layout a look-back of ``acc_vt`` uses when ``states`` (a
     :class:`Variant`'s) is asked for: ``packed`` (one word a tile), ``pair`` (two
-    words, each with its own copy of the status) or ``wide`` (flags and value arrays)."""
+    words, each with its own copy of the status) or ``wide`` (flags and value arrays).
+
+    ``pair`` only where the input's fields are of at most 4 bytes (``in_vt``; None:
+    any): there the kernels keep 32 registers and 8 blocks per SM (int32 summed as
+    int64, pairs of float32); with 8-byte inputs (int64, float64) ptxas gives the pair
+    look-back 36-39 registers, 6 blocks per SM, where ``wide`` keeps 8 (occupancy
+    decided the scan's speed: docs/performance.md), so those stay ``wide``."""
     if states == "packed":
         if _packable(acc_vt):
             return "packed"
-        if _pairable(acc_vt):
+        if _pairable(acc_vt) and (in_vt is None or all(f.itemsize <= 4 for f in in_vt.fields)):
             return "pair"
     return "wide"
 
@@ -1020,7 +1026,7 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
     spine = None
     if algorithm == "single_pass":
         carry = "single_pass"
-        var = var._replace(states=state_layout(var.states, acc_vt))
+        var = var._replace(states=state_layout(var.states, acc_vt, in_vt))
     else:
         carry = "single_block" if algorithm == "single_block" or tiles == 1 else "downsweep"
         var = var._replace(states=None, poll=None, ids=None)
@@ -1402,8 +1408,9 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
             var = variant()
             nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, out_vt, var)
             ws = _launch.workspace(b.device_id, b.stream, nbytes)[1]
-            _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, _sa.windows(src, lay.inp, lay),
-                             _sa.windows(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var)
+            views = _sa.segment_windows if lay.kind == "segments" else _sa.windows
+            _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, views(src, lay.inp, lay),
+                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var)
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
     if given:

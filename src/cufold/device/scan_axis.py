@@ -21,9 +21,19 @@ layout       when                                        kernel
 flat         ``R == 1`` (1-D input, ``axis=None`` of a   the device-wide scan of
              contiguous array, or every batch dim 1)     :mod:`.scan` (single pass look-back;
                                                          ``algorithm=`` applies)
-lanes        the scanned axis has the smaller stride,    ``lanes``: a group of G = 1..32
-             ``L <= LANE_ROW`` (256)                     lanes per row (G the power of two
-                                                         >= L, up to a warp: several short
+segments     ``L <= LANE_ROW`` (256), the rows back to   ``segments``: the rows as one run
+             back in one run (``C == 1``, row stride =   of ``R*L`` items (backwards for
+             ``L`` x item stride: a C-order batch)       ``reverse``); a warp takes whole
+                                                         rows, 32 items a step, SEGMENT_STEPS
+                                                         steps' loads issued together
+                                                         (coalesced); a segmented shuffle
+                                                         scan whose heads come from each
+                                                         item's position in its row (kept
+                                                         by additions, no division), and a
+                                                         carry from step to step
+lanes        ``L <= LANE_ROW``, the scanned axis has     ``lanes``: a group of G = 1..32
+             the smaller stride, rows not in one run     lanes per row (G the power of two
+             (strided or permuted batches)               >= L, up to a warp: several short
                                                          rows a warp), G items a step, a
                                                          shuffle scan and a carry down the
                                                          row; each lane keeps ROWS_PER_LANE
@@ -76,8 +86,10 @@ __all__ = ["LANE_ROW", "Layout", "add_launches", "gather", "plan_layout"]
 
 #: Rows of at most this many items run on groups of lanes; longer ones on tiles.
 LANE_ROW = 256
+#: Steps of 32 items whose loads a warp of the segments kernel issues together.
+SEGMENT_STEPS = 8
 #: Rows a lane of the lanes kernel works on at once (their loads in flight together;
-#: twice as many for accumulators of 4 bytes or less).
+#: each costs ~9 registers: 4 rows take 60, 8 take 95).
 ROWS_PER_LANE = 4
 #: Loads a thread of the columns kernel issues before combining them.
 COLUMN_UNROLL = 8
@@ -87,7 +99,8 @@ FULL_MASK = 0xFFFFFFFF
 
 #: The 3-D form of a scan: ``A`` rows of ``C`` columns of ``L`` items each;
 #: ``inp``/``out``: (element origin, (A stride, L stride, C stride)) of the input
-#: and the output; ``kind``: 'flat', 'lanes', 'tiles' or 'columns'.
+#: and the output; ``kind``: 'flat', 'segments', 'lanes', 'tiles' or 'columns' ('segments':
+#: ``inp``/``out`` give the origin and the item stride of the run of ``A*L`` items).
 Layout = collections.namedtuple("Layout", "kind A L C inp out")
 
 
@@ -121,17 +134,26 @@ def plan_layout(shape, in_strides, out_strides, axis, reverse):
         outer, inner = (one, g) if abs(g[1]) < abs(il) else (g, one)
     else:
         outer, inner = groups
-    in_origin = out_origin = 0
-    if reverse and length > 0:
-        in_origin, out_origin = (length - 1) * il, (length - 1) * ol
-        il, ol = -il, -ol
     rows = outer[0] * inner[0]
     if rows == 1:
         kind = "flat"
     elif inner[0] > 1 and abs(inner[1]) < abs(il):
         kind = "columns"
+    elif length > LANE_ROW:
+        kind = "tiles"
+    elif inner[0] == 1 and outer[1] == length * il and outer[2] == length * ol:
+        # rows back to back (one run): a flat run of rows*length items, walked backwards to reverse
+        kind = "segments"
+        if reverse:
+            last = rows * length - 1
+            return Layout(kind, outer[0], length, 1, (last * il, (0, -il, 0)), (last * ol, (0, -ol, 0)))
+        return Layout(kind, outer[0], length, 1, (0, (0, il, 0)), (0, (0, ol, 0)))
     else:
-        kind = "lanes" if length <= LANE_ROW else "tiles"
+        kind = "lanes"
+    in_origin = out_origin = 0
+    if reverse and length > 0:
+        in_origin, out_origin = (length - 1) * il, (length - 1) * ol
+        il, ol = -il, -ol
     return Layout(kind, outer[0], length, inner[0], (in_origin, (outer[1], il, inner[1])),
                   (out_origin, (outer[2], ol, inner[2])))
 
@@ -144,6 +166,14 @@ def windows(arrs, side, lay):
     if isinstance(arrs, tuple):
         return tuple(_arrays.window(a, origin, shape, strides) for a in arrs)
     return _arrays.window(arrs, origin, shape, strides)
+
+
+def segment_windows(arrs, side, lay):
+    """The 1-D views of a ``segments`` layout: its ``A*L`` items in scan order."""
+    origin, strides = side
+    if isinstance(arrs, tuple):
+        return tuple(_arrays.window(a, origin, (lay.A * lay.L,), (strides[1],)) for a in arrs)
+    return _arrays.window(arrs, origin, (lay.A * lay.L,), (strides[1],))
 
 
 def flat_windows(arrs, side, lay):
@@ -255,6 +285,87 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
                     put(carry, j, shfl_idx(FULL_MASK, v, last_lane))
 
     return scan_lanes
+
+
+# --- segments: rows back to back, a warp over whole rows ----------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
+    """Kernel ``(xs, outs, rows, length, rows_per_warp, init)`` over 1-D views of
+    ``rows`` rows of ``length`` items back to back: each warp takes
+    ``rows_per_warp`` whole rows at a time and walks them 32 items a step
+    (``per_lane`` steps' loads issued together, coalesced), with a segmented
+    Kogge-Stone scan over the 32 lanes whose segment heads come from the item's
+    position in its row (no flags: lane ``l`` adds lane ``l - d`` where its
+    position is ``>= d``), and the carry of the step before where a row started
+    before it. The position moves by ``32 % length`` a step: no division."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    # A lane's accesses of a step group: one address register, constant offsets (32 k).
+    view_in, load_in, _ = S._lane_io(in_vt, "stream")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_acc, to_out = acc_vt.cast, out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    local = _local(acc_vt, per_lane)
+    group = 32 * per_lane
+
+    def scan_segments(xs, outs, rows, length, rows_per_warp, init):
+        lane = cuda.laneid
+        warps = (cuda.gridDim.x * cuda.blockDim.x) >> 5
+        w = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
+        span = rows_per_warp * length
+        n = rows * length
+        advance = np.int32(32 % length)
+        first_pos = np.int32(lane % length)
+        vals = local()
+        while w * rows_per_warp < rows:                   # the same for every lane of a warp
+            base = w * span
+            end = min(base + span, n)
+            pos = first_pos                               # a warp's rows start at its first lane
+            carry = init                                  # (not used before the first step's end)
+            at = base
+            while at < end:
+                if at + group <= end:                     # every item of the group: no clamps
+                    mine = view_in(xs, at + lane)
+                    for k in range(per_lane):
+                        put(vals, k, to_acc(load_in(mine, 32 * k)))
+                else:                                     # items past the end repeat the last
+                    start = min(at + lane, end - 1)
+                    last = np.uint32(end - 1 - start)
+                    mine = view_in(xs, start)
+                    for k in range(per_lane):
+                        put(vals, k, to_acc(load_in(mine, min(np.uint32(32 * k), last))))
+                mine_out = view_out(outs, at + lane)
+                for k in range(per_lane):
+                    v = get(vals, k)
+                    if exclusive and pos == 0:
+                        v = combine(init, v)
+                    for step in range(5):
+                        d = 1 << step
+                        other = shfl_up(FULL_MASK, v, d)
+                        if lane >= d and pos >= d:
+                            v = combine(other, v)
+                    if pos > lane:                        # the row started before this step
+                        v = combine(carry, v)
+                    result = v
+                    if exclusive:
+                        result = shfl_up(FULL_MASK, v, 1)
+                        if pos == 0:
+                            result = init
+                        elif lane == 0:
+                            result = carry
+                    if at + 32 * k + lane < end:
+                        store_out(mine_out, 32 * k, to_out(result))
+                    carry = shfl_idx(FULL_MASK, v, 31)
+                    pos += advance
+                    if pos >= length:
+                        pos -= length
+                at += 32 * per_lane
+            w += warps
+
+    return scan_segments
 
 
 # --- tiles: the single-pass tile scan on every row --------------------------------------------
@@ -484,7 +595,7 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
         chunks = _column_chunks(b, lay)[1]
         if chunks == 1:
             return S._bytes(acc_vt, 1)
-        spine = Layout("lanes" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
+        spine = Layout("segments" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
         return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
     if lay.kind == "tiles":
         tile = row_tile(in_vt, acc_vt, lay.L)
@@ -500,9 +611,18 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     ``ws``/``offset``: workspace to carve (:func:`scratch_bytes` bytes)."""
     from . import scan as S
     rows = lay.A * lay.C
+    if lay.kind == "segments":
+        per_lane = SEGMENT_STEPS
+        rows_per_warp = max(1, 32 * per_lane // lay.L)
+        nt = _threads()
+        grid = _grid(b, -(-rows // rows_per_warp) * 32, nt, 8)
+        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane),
+                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane), grid, nt,
+                 (xs, outs, rows, lay.L, rows_per_warp, init))
+        return
     if lay.kind == "lanes":
         group = 1 << max(0, math.ceil(math.log2(max(1, min(lay.L, 32)))))
-        per_lane = ROWS_PER_LANE * (2 if acc_vt.itemsize <= 4 else 1)
+        per_lane = ROWS_PER_LANE
         nt = _threads()
         groups = -(-rows // per_lane)
         grid = _grid(b, groups * group, nt, 8)
@@ -522,7 +642,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
             b.launch(tiles_kernel(spec), ("scan_tiles", spec), tiles, tile.nt,
                      (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
             return
-        var = var._replace(states=S.state_layout(var.states, acc_vt))
+        var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
         spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var)
         slots = tiles * S.state_words(var.states)
         st = S.look_back_state(b.device_id, b.stream, slots)
@@ -550,13 +670,14 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
                  (xs, outs, chunk, chunks, lay.C, parts, init, has_init))
         return
     flat, offset = S._carve(ws, offset, acc_vt, rows * chunks)
-    spine = Layout("lanes" if chunks <= LANE_ROW else "tiles", rows, chunks, 1,
+    spine = Layout("segments" if chunks <= LANE_ROW else "tiles", rows, chunks, 1,
                    (0, (chunks, 1, 1)), (0, (chunks, 1, 1)))
     parts = windows(flat, spine.inp, spine)
     b.launch(columns_kernel(op, in_vt, acc_vt, acc_vt, kind, "up", COLUMN_UNROLL),
              ("scan_columns", op, in_vt, acc_vt, acc_vt, kind, "up"), grid, nt,
              (xs, parts, chunk, chunks, lay.C, parts, init, has_init))
-    add_launches(b, spine, op, acc_vt, acc_vt, acc_vt, "inclusive", parts, parts, init, False, ws, offset, var)
+    run = segment_windows(flat, (0, (0, 1, 0)), spine) if spine.kind == "segments" else parts
+    add_launches(b, spine, op, acc_vt, acc_vt, acc_vt, "inclusive", run, run, init, False, ws, offset, var)
     b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL),
              ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down"), grid, nt,
              (xs, outs, chunk, chunks, lay.C, parts, init, has_init))
