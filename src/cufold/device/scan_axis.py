@@ -205,12 +205,17 @@ def _dims(vt):
 
 
 @functools.lru_cache(maxsize=None)
-def _row_view(vt):
+def _row_view(vt, spelling="index"):
     """Device function ``(arrays, a, c) -> arrays``: row ``(a, c)`` of 3-D arrays as
-    1-D views (inlined: Numba returns no array view from an ordinary device function)."""
+    1-D views (inlined: Numba returns no array view from an ordinary device function).
+    ``spelling``: ``index`` (``x[a, :, c]``) or ``slice`` (``x[a, :, c:][:, 0]``), the
+    same view; ptxas (sm_90) allocates the tiles kernel 32 registers (8 blocks per SM)
+    with ``slice`` for rows walked forwards and with ``index`` for reversed rows, 40
+    (6 blocks) the other way round."""
+    expr = "%s[a, :, c]" if spelling == "index" else "%s[a, :, c:][:, 0]"
     return cuda.jit(device=True, inline="always")(_codegen.build(
         "def row(x, a, c):\n    return %s\n" % vt._pack(
-            ["%s[a, :, c]" % vt._field("x", i) for i in range(vt.arity)]), "row", device=False))
+            [expr % vt._field("x", i) for i in range(vt.arity)]), "row", device=False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -371,7 +376,7 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
 # --- tiles: the single-pass tile scan on every row --------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def tiles_kernel(spec):
+def tiles_kernel(spec, spelling="slice"):
     """Kernel ``(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init,
     has_init, totals)``: :mod:`.scan`'s single-pass tile scan (``spec``) of every
     row of 3-D ``(A, L, C)`` views; ``tiles = rows * per_row``. A block draws a
@@ -379,13 +384,13 @@ def tiles_kernel(spec):
     ``t // per_row``, whose look-back reads only that row's range of tile states
     (a row's first tile starts it: its prefix is its aggregate). Rows of one tile
     (``spec.carry == 'single_block'``): block ``r`` scans row ``r``, with no
-    ticket and no tile states."""
+    ticket and no tile states. ``spelling``: of the row views (:func:`_row_view`)."""
     from . import scan as S
     tile_scan, temp_items = S._tile_scan(spec)
     tile_storage = block.temp_storage(spec.acc_vt, S._tile_slots(spec.tile))
     scan_storage = block.temp_storage(spec.acc_vt, temp_items)
     stash_storage = block.temp_storage(spec.acc_vt, 2)
-    row_in, row_out = _row_view(spec.in_vt), _row_view(spec.out_vt)
+    row_in, row_out = _row_view(spec.in_vt, spelling), _row_view(spec.out_vt, spelling)
     dims = _dims(spec.in_vt)
     draw = S.draw
     by_ticket = spec.variant.ids == "ticket"
@@ -636,10 +641,11 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         per_row = -(-lay.L // (tile.nt * tile.vt))
         tiles = rows * per_row
         totals, offset = S._carve(ws, offset, out_vt, 1)          # never written
+        spelling = "index" if lay.inp[1][1] < 0 else "slice"       # (registers: _row_view)
         if per_row == 1:
             spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block",
                           var._replace(states=None, poll=None, ids=None))
-            b.launch(tiles_kernel(spec), ("scan_tiles", spec), tiles, tile.nt,
+            b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
                      (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
             return
         var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
@@ -654,7 +660,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
             states = st.flags
             aggs, offset = S._carve(ws, offset, sv, tiles)
             pres, offset = S._carve(ws, offset, sv, tiles)
-        b.launch(tiles_kernel(spec), ("scan_tiles", spec), tiles, tile.nt,
+        b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
                  (xs, outs, per_row, tiles, lay.C, st.counter, states, aggs, pres, init, has_init, totals))
         return
     # columns
