@@ -60,8 +60,8 @@ columns      a batch dimension has the smaller stride    ``columns``: a thread p
                                                          twice
 ===========  ==========================================  ==================================
 
-Views whose batch dimensions do not merge into two groups (some permuted 4-D
-and 3-D views), and ``axis=None`` of a non-contiguous N-D view, are first
+Views whose batch dimensions do not merge into two groups (permutations of 4 or
+more dimensions), and ``axis=None`` of a non-contiguous N-D view, are first
 gathered in C order into the output (cast to the result dtype), which is then
 scanned in place. Everything is decided when the Program is planned; a call is
 its launches, with no host synchronisation.
