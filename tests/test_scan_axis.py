@@ -339,3 +339,32 @@ def test_pair_states_exact(rng, dtypes):
         want.append(acc)
     np.testing.assert_array_equal(got[1], np.array([w[1] for w in want]))
     np.testing.assert_array_equal(got[0], np.array([w[0] for w in want], dtypes[0]))
+
+
+# --- GPU sizes: look-backs along long rows, long columns (the simulator's tiles cover these small) ---
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU tile sizes: rows of many 4096-item tiles")
+def test_gpu_long_rows_and_columns(rng):
+    x = rng.integers(-100, 100, (5, 100_003)).astype(np.int32)
+    d = to_device(x)
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(d, axis=1, reverse=reverse))                 # int64: pair states
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), x, 1, reverse))
+        got = to_host(cufold.inclusive_scan(d, axis=1, reverse=reverse))         # int32: packed states
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax, dtype=np.int32), x, 1,
+                                                   reverse))
+    got = to_host(cufold.exclusive_scan(d, init=7, axis=1))
+    np.testing.assert_array_equal(got, 7 + np.cumsum(x, axis=1, dtype=np.int32) - x)
+    a = rng.choice(np.array([-1, 1], np.int64), (3, 20_001))
+    b = rng.integers(-3, 4, (3, 20_001)).astype(np.int64)
+    for reverse in (False, True):
+        got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=1, reverse=reverse))
+        want = affine_loop(a, b, 1, reverse)
+        np.testing.assert_array_equal(got[1], want[1])
+    c = rng.integers(-100, 100, (1 << 16, 3)).astype(np.int32)                  # columns: a tiles spine
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(to_device(c), axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), c, 0, reverse))
+    f = rng.integers(-2, 3, (1 << 20, 16)).astype(np.float32)                   # the bench's shapes, exact
+    for axis in (0, 1):
+        np.testing.assert_array_equal(to_host(cufold.cumsum(to_device(f), axis=axis)), np.cumsum(f, axis=axis))
