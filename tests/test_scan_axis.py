@@ -137,6 +137,10 @@ def test_cumsum_int32_is_int64_and_3d_axes(rng):
         got = to_host(cufold.cumsum(d, axis=axis))
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, np.cumsum(x, axis=axis))
+    np.testing.assert_array_equal(to_host(cufold.cummin(d, axis=1, reverse=True)),
+                                  np.flip(np.minimum.accumulate(np.flip(x, 1), axis=1), 1))
+    small = rng.choice(np.array([-1, 1, 2], np.int32), (3, 40))
+    np.testing.assert_array_equal(to_host(cufold.cumprod(to_device(small), axis=-1)), np.cumprod(small, axis=-1))
 
 
 def test_columns_chunks_and_spine(rng):
