@@ -258,7 +258,7 @@ for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide 
     print("  ok   %s %s %s (%s)" % (key[0], key[1], key[2], " ".join(map(str, key[3:]))))
 print("%d axis kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
 
-# Scans along an axis and in reverse (device/scan_axis.py): lanes (groups of 16 and 32 lanes),
+# Scans along an axis and in reverse (device/scan_axis.py): segments, lanes (groups of 16 and 32 lanes),
 # tiles (one tile a row; several, packed and wide states), columns (no chunks; chunks with a
 # lanes spine and with a tiles spine), the gather fallback (4-D permuted; axis=None of a
 # transposed matrix), reversed views, tuple values (the affine recurrence) and int32 -> int64.
@@ -268,8 +268,11 @@ affine = cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]), name="affine"
 SCAN_AXES = [  # (dtype(s), shape, strides, axis, op, kind, numpy_sum, reverse)
     (np.float32, (4096, 4096), (4096, 1), 1, cufold.plus, "inclusive", True, False),     # tiles, one a row
     (np.float32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "inclusive", True, True),  # tiles, look-back
-    (np.float32, (1 << 20, 16), (16, 1), 1, cufold.plus, "inclusive", True, False),      # lanes of 16
-    (np.float32, (1 << 16, 200), (200, 1), 1, cufold.maximum, "exclusive", False, True),  # lanes of 32
+    (np.float32, (1 << 20, 16), (16, 1), 1, cufold.plus, "inclusive", True, False),      # segments
+    (np.float32, (1 << 16, 200), (200, 1), 1, cufold.maximum, "exclusive", False, True),  # segments, rev.
+    (np.float32, (1 << 16, 16), (32, 1), 1, cufold.plus, "inclusive", True, False),      # lanes of 16
+    (np.float32, (1 << 16, 200), (402, 2), 1, cufold.maximum, "exclusive", False, True),  # lanes of 32
+    (np.float32, (400, 5, 100), (1200, 200, 1), 2, cufold.plus, "inclusive", True, False),   # lanes, A x C
     (np.float32, (1 << 20, 16), (16, 1), 0, cufold.plus, "inclusive", True, False),      # columns, tiles spine
     (np.float32, (4096, 4096), (4096, 1), 0, cufold.plus, "inclusive", True, True),      # columns, lanes spine
     (np.float32, (16, 1 << 20), (1 << 20, 1), 0, cufold.plus, "inclusive", True, False),  # columns, no chunks
