@@ -7,6 +7,9 @@ Cases (float32):
   ``cumsum(axis=1, reverse=True)`` of (4096, 4096): vs ``torch.cumsum(dim=)`` (reverse:
   ``torch.flip(torch.cumsum(torch.flip(x)))``, what a torch user writes); values are
   small integers, so every partial sum is exact and results must match bit for bit;
+* 1-D: ``cumsum`` of int32 at 2^28 into int64 (NumPy's and torch's default) vs
+  ``torch.cumsum``, and the affine scan of float32 pairs at 2^26 (vs JAX), whose target is
+  its floor (16 bytes an element at copy bandwidth) within 1.5x;
 * the batched affine recurrence ``h = a*h + b`` along the rows of 4096 x 2048:
   ``cufold.inclusive_scan((a, b), affine, axis=1)`` vs a Triton ``tl.associative_scan``
   kernel with one program per row (:mod:`._triton_affine`; where Triton imports) and
@@ -22,7 +25,8 @@ picks, :mod:`cufold.device.scan_axis`) is printed with each case.
 
 Targets (``targets`` at the end): every cumsum >= 1.0x torch; every cumsum >= 90% of the
 floor (where the shape allows: reported for all); the affine recurrence at or below the
-Triton kernel's time and >= 5x JAX.
+Triton kernel's time and >= 5x JAX; the 1-D affine scan within 1.5x of its floor; the
+int32 -> int64 cumsum >= 1.0x torch.
 
 Default run: well under 2 minutes on an H100/H200 (first compiles included; cached on
 disk after). ``--quick``: few repetitions; ``--cases cumsum,affine`` selects.
@@ -46,11 +50,14 @@ __all__ = ["CASES", "cases", "evaluate", "format_results", "main"]
 
 SHAPES = ((4096, 4096), (1 << 20, 16), (16, 1 << 20))
 CASES = tuple(("cumsum", s, ax, False) for s in SHAPES for ax in (1, 0)) + (
-    ("cumsum", (4096, 4096), 1, True), ("affine", (4096, 2048), 1, False))
+    ("cumsum", (4096, 4096), 1, True), ("affine", (4096, 2048), 1, False),
+    ("cumsum-int64", (1 << 28,), None, False), ("affine", (1 << 26,), None, False))
 TARGET_VS_TORCH = 1.0
 TARGET_FLOOR = 0.9
 TARGET_VS_TRITON = 1.0
 TARGET_VS_JAX = 5.0
+TARGET_1D_AFFINE_FLOOR = 1 / 1.5          # the 1-D affine scan within 1.5x of its floor
+_SAMPLE = 4099                             # 1-D results are checked every _SAMPLE-th item
 
 
 def cases(select=None):
@@ -63,6 +70,8 @@ def _affine(p, q):
 
 
 def _plan_text(shape, axis):
+    if axis is None:
+        return "flat (1-D scan)"
     try:
         from cufold.device import scan_axis as SA
         strides = (shape[1], 1)
@@ -126,8 +135,8 @@ def run(env, backend, todo, settings, progress=True, log=None):
     records = []
     bar = Progress(len(todo), enabled=progress, stream=log)
     for kind, shape, axis, reverse in todo:
-        bar.describe("%s %s axis=%d%s" % (kind, shape, axis, " reverse" if reverse else ""))
-        n = shape[0] * shape[1]
+        bar.describe("%s %s axis=%s%s" % (kind, shape, axis, " reverse" if reverse else ""))
+        n = int(np.prod(shape))
         row = {"kind": kind, "shape": list(shape), "axis": axis, "reverse": reverse,
                "plan": _plan_text(shape, axis)}
         calls = {}
@@ -145,6 +154,33 @@ def run(env, backend, todo, settings, progress=True, log=None):
 
             def check(got, ref=ref):
                 return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum (exact here)"
+        elif kind == "cumsum-int64":                # NumPy's and torch's default result: int64
+            h = rng.integers(-1000, 1000, size=shape, dtype=np.int32)
+            ref = np.cumsum(h)[::_SAMPLE]
+            args = [torch.from_numpy(h).to("cuda")]
+            row["floor_us"] = 12 * n / copy_bw * 1e6
+            calls["cufold"] = lambda x: cufold.cumsum(x)
+            calls["torch"] = lambda x: torch.cumsum(x, dim=0)
+
+            def check(got, ref=ref):
+                got = np.asarray(got)
+                return got.dtype == np.int64 and np.array_equal(got[::_SAMPLE], ref), "differs from NumPy's cumsum"
+        elif len(shape) == 1:                       # the 1-D affine scan: a window of 400 is exact enough
+            ha = rng.uniform(0.5, 0.9, size=shape).astype(np.float32)
+            hb = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+            at = np.arange(0, n, _SAMPLE)
+            idx = at[:, None] + np.arange(-400, 1)[None, :]          # the 401 items up to each sample
+            inside = idx >= 0
+            wa = np.where(inside, ha[np.maximum(idx, 0)], 1.0)        # before item 0: h -> 1*h + 0
+            wb = np.where(inside, hb[np.maximum(idx, 0)], 0.0)
+            ref = _affine_reference(wa.astype(np.float64), wb.astype(np.float64))[:, -1]
+            args = [(torch.from_numpy(ha).to("cuda"), torch.from_numpy(hb).to("cuda"))]
+            row["floor_us"] = 16 * n / copy_bw * 1e6
+            calls["cufold"] = lambda p: cufold.inclusive_scan(p, affine)[1]
+
+            def check(got, ref=ref, at=at):
+                err = np.abs(np.asarray(got)[at].astype(np.float64) - ref).max()
+                return err < 1e-4, "max error %.3g against a float64 loop" % err
         else:
             ha = rng.uniform(0.5, 1.0, size=shape).astype(np.float32)
             hb = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
@@ -177,7 +213,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
                            traceback=traceback.format_exc(limit=4))
             row[label] = rec
         if kind == "affine":
-            row["jax"] = _run_jax(args[0], ref, settings)
+            row["jax"] = _run_jax(args[0], check, settings, 0 if axis is None else axis)
         records.append(row)
         del args
         bar.update()
@@ -189,7 +225,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
     return results
 
 
-def _run_jax(pair, ref, settings):
+def _run_jax(pair, check, settings, axis):
     rec = {"label": "jax"}
     import os
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")     # leave torch its memory
@@ -201,11 +237,10 @@ def _run_jax(pair, ref, settings):
         return rec
     try:
         a, b = (jnp.asarray(t.cpu().numpy()) for t in pair)
-        fn = jax.jit(lambda a, b: jax.lax.associative_scan(_affine, (a, b), axis=1)[1])
-        got = np.asarray(fn(a, b))
-        err = np.abs(got.astype(np.float64) - ref).max()
-        if err >= 1e-3:
-            rec.update(status="mismatch", note="max error %.3g" % err)
+        fn = jax.jit(lambda a, b: jax.lax.associative_scan(_affine, (a, b), axis=axis)[1])
+        ok, why = check(np.asarray(fn(a, b)))
+        if not ok:
+            rec.update(status="mismatch", note=why)
             return rec
         _time_jax(lambda p: fn(*p), (a, b), settings, rec)
         rec["status"] = "ok"
@@ -221,8 +256,8 @@ def _us(row, label):
 
 
 def _what(r):
-    return "%s %s axis=%d%s" % (r["kind"], "x".join(map(str, r["shape"])), r["axis"],
-                                 " reverse" if r.get("reverse") else "")
+    return "%s %s%s%s" % (r["kind"], "x".join(map(str, r["shape"])),
+                          "" if r["axis"] is None else " axis=%d" % r["axis"], " reverse" if r.get("reverse") else "")
 
 
 def evaluate(results):
@@ -249,7 +284,9 @@ def evaluate(results):
         return v <= t
 
     sums = [r for r in rows if r["kind"] == "cumsum"]
-    aff = [r for r in rows if r["kind"] == "affine"]
+    aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 2]
+    flat_aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 1]
+    wide_sums = [r for r in rows if r["kind"] == "cumsum-int64"]
     target("cumsum >= %.1fx torch" % TARGET_VS_TORCH, [(ratio(r, "torch", "cufold"), _what(r)) for r in sums],
            TARGET_VS_TORCH, ge)
     target("cumsum >= %d%% of the floor" % (TARGET_FLOOR * 100),
@@ -259,6 +296,11 @@ def evaluate(results):
            [(ratio(r, "cufold", "triton"), _what(r)) for r in aff], TARGET_VS_TRITON, le)
     target("affine recurrence >= %.0fx jax.lax.associative_scan" % TARGET_VS_JAX,
            [(ratio(r, "jax", "cufold"), _what(r)) for r in aff], TARGET_VS_JAX, ge)
+    target("1-D affine scan within %.1fx of its floor" % (1 / TARGET_1D_AFFINE_FLOOR),
+           [((r["floor_us"] / _us(r, "cufold")) if _us(r, "cufold") else None, _what(r)) for r in flat_aff],
+           TARGET_1D_AFFINE_FLOOR, ge)
+    target("cumsum int32 -> int64 >= %.1fx torch.cumsum" % TARGET_VS_TORCH,
+           [(ratio(r, "torch", "cufold"), _what(r)) for r in wide_sums], TARGET_VS_TORCH, ge)
     return out
 
 
@@ -280,8 +322,8 @@ def format_results(results):
         lines.append("%-34s %-22s %s %s %s %s %s %s %7s%s" % (
             _what(r), r["plan"][:22], f(cf), f(tt), f(tr), f(jx), x(tt, cf), x(jx, cf),
             "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-", flags))
-    lines += ["", ("floors: read + write at the copy bandwidth (cumsum 8 B, affine 16 B an element; the Triton "
-                   "kernel writes h only: 12 B)"), "targets:"]
+    lines += ["", ("floors: read + write at the copy bandwidth (cumsum 8 B, int32 -> int64 12 B, affine 16 B an "
+                   "element; the Triton kernel writes h only: 12 B)"), "targets:"]
     for t in results["targets_evaluated"]:
         lines.append("  %-4s %s: %d cases, %d misses, worst %s%s" % (
             t["status"], t["name"], t["cases"], t["misses"], "%.2f" % t["worst"] if t["worst"] else "-",
@@ -315,7 +357,7 @@ def main(argv=None, stdout=None, stderr=None):
     if args.dry_run:
         out.write("cufold bench scan-axes: %d cases\n" % len(todo))
         for kind, shape, axis, reverse in todo:
-            out.write("  %s %s axis=%d%s plan=%s\n" % (kind, shape, axis, " reverse" if reverse else "",
+            out.write("  %s %s axis=%s%s plan=%s\n" % (kind, shape, axis, " reverse" if reverse else "",
                                                       _plan_text(shape, axis)))
         return 0
     from . import backends, open_backend
