@@ -283,7 +283,7 @@ def test_bench_scan_axes_targets_and_dry_run():
              "jax": {"status": "ok", "gpu_us": 277.0}}]
     res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": rows}
     res["targets_evaluated"] = B.evaluate(res)
-    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS"]
+    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS", "n/a", "n/a"]
     text = B.format_results(res)
     assert "targets:" in text and "cumsum 4096x4096 axis=0" in text
     out = io.StringIO()
