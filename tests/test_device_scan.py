@@ -505,7 +505,8 @@ def test_look_back_windows_packed(stop, poll, rng):
 
 # --- single pass: state layouts, variants; tile layouts ------------------------------------------
 
-# Accumulators of at most 4 bytes publish (status, value) in one 64-bit word.
+# Accumulators of at most 4 bytes publish (status, value) in one 64-bit word; of 8 bytes from inputs
+# of 4 (int32 summed as int64), in two (the pair layout: each half beside its own status).
 LAYOUT_CASES = [
     (np.int8, cufold.maximum), (np.int16, cufold.minimum), (np.int32, cufold.plus),
     (np.uint8, cufold.maximum), (np.uint16, cufold.maximum), (np.uint32, cufold.plus),
@@ -532,7 +533,10 @@ _NUMPY_ACCUMULATE = {"plus": np.add, "maximum": np.maximum, "minimum": np.minimu
 def test_single_pass_state_layout(dtype, op, rng, small_tiles):
     vt = ValueType.of(dtype)
     p = scan.plan(op, vt, vt, vt, 1000, "inclusive", "single_pass")
-    assert p.spec.variant.states == ("packed" if vt.itemsize <= 4 else "wide")
+    assert p.spec.variant.states == ("packed" if vt.itemsize <= 4 else "wide")     # pair: 4-byte inputs
+    if vt.itemsize > 4:
+        i32 = ValueType.of(np.int32)
+        assert scan.plan(op, i32, vt, vt, 1000, "inclusive", "single_pass").spec.variant.states == "pair"
     n = SMALL_MID
     x = _layout_values(rng, dtype, n)
     ufunc = _NUMPY_ACCUMULATE[op.name]
@@ -792,8 +796,8 @@ def test_errors():
         scan.inclusive_scan(d, out=_dev(np.zeros(9, np.int32)))
     with pytest.raises(TypeError, match="host"):
         scan.inclusive_scan(d, out=np.zeros(10, np.int32))
-    with pytest.raises(ValueError, match="1-D"):
-        scan.inclusive_scan(_dev(np.zeros((2, 5), np.int32)))
+    with pytest.raises(np.exceptions.AxisError):                # N-D scans: tests/test_scan_axis.py
+        scan.inclusive_scan(_dev(np.zeros((2, 5), np.int32)), axis=2)
     with pytest.raises(ValueError, match="no identity"):
         scan.exclusive_scan(_dev((np.ones(3, np.int64), np.ones(3, np.int64))), AFFINE)
     with pytest.raises(ValueError, match="tuple of 2 arrays"):
@@ -808,22 +812,26 @@ def test_algorithms_listed():
 # --- GPU only: the look-back under real concurrency ------------------------------------------------
 
 @pytest.mark.skipif(SIMULATOR, reason="needs a real GPU (blocks run one at a time in the simulator)")
-@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.int64])
 def test_single_pass_repeatable(dtype, rng):
     """20 single-pass scans of one 2^22 input, each correct; the integer ones
     identical (a race in the look-back shows as an error that moves from run to
     run). Floating-point runs may differ in the last bits (the look-back's
-    association depends on timing), so each is checked against the reference."""
+    association depends on timing), so each is checked against the reference.
+    int64: int32 summed as int64 (the ``pair`` tile states), past 2^32, so that both
+    halves of a state matter."""
     n = 1 << 22
-    x = (rng.integers(-100, 100, n) if dtype == np.int32 else rng.random(n)).astype(dtype)
+    x = (rng.integers(-100, 100, n) if dtype != np.float32 else rng.random(n)).astype(dtype)
+    if dtype == np.int64:
+        x = rng.integers(2**31 - 1000, 2**31 - 1, n).astype(np.int32)
     d = _dev(x)
-    want = np.cumsum(x.astype(np.float64))
+    want = np.cumsum(x.astype(np.float64)) if dtype == np.float32 else np.cumsum(x, dtype=dtype)
     first = None
     for run in range(20):
-        got = scan.inclusive_scan(d, algorithm="single_pass").copy_to_host()
-        if dtype == np.int32:
+        got = scan.inclusive_scan(d, algorithm="single_pass", dtype=dtype).copy_to_host()
+        if dtype != np.float32:
             if first is None:
-                np.testing.assert_array_equal(got, want.astype(np.int32))
+                np.testing.assert_array_equal(got, want.astype(dtype))
                 first = got
             bad = np.flatnonzero(got != first)
             assert bad.size == 0, "run %d differs at %d items, first at %d" % (run, bad.size, bad[0])

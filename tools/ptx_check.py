@@ -348,7 +348,7 @@ before = len(compiled)
 for dt in (np.float32, np.float64, np.float16):
     x = arr(dt, n)
     D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
-mean_r = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
+mean_r = D._Reduction(cufold.plus, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
                       needs_items=True)
 for dt in (np.float32, np.int32):
     x = arr(dt, n)
@@ -368,3 +368,54 @@ for k in compiled:
     if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
         print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
 print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Scans along an axis and in reverse (device/scan_axis.py): segments, lanes (groups of 16 and 32 lanes),
+# tiles (one tile a row; several, packed and wide states), columns (no chunks; chunks with a
+# lanes spine and with a tiles spine), the gather fallback (4-D permuted; axis=None of a
+# transposed matrix), reversed views, tuple values (the affine recurrence) and int32 -> int64.
+L.sm_count = lambda dev: 132
+before = len(compiled)
+affine = cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]), name="affine")
+SCAN_AXES = [  # (dtype(s), shape, strides, axis, op, kind, numpy_sum, reverse)
+    (np.float32, (4096, 4096), (4096, 1), 1, cufold.plus, "inclusive", True, False),     # tiles, one a row
+    (np.float32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "inclusive", True, True),  # tiles, look-back
+    (np.float32, (1 << 20, 16), (16, 1), 1, cufold.plus, "inclusive", True, False),      # segments
+    (np.float32, (1 << 16, 200), (200, 1), 1, cufold.maximum, "exclusive", False, True),  # segments, rev.
+    (np.float32, (1 << 16, 16), (32, 1), 1, cufold.plus, "inclusive", True, False),      # lanes of 16
+    (np.float32, (1 << 16, 200), (402, 2), 1, cufold.maximum, "exclusive", False, True),  # lanes of 32
+    (np.float32, (400, 5, 100), (1200, 200, 1), 2, cufold.plus, "inclusive", True, False),   # lanes, A x C
+    (np.float32, (1 << 20, 16), (16, 1), 0, cufold.plus, "inclusive", True, False),      # columns, tiles spine
+    (np.float32, (4096, 4096), (4096, 1), 0, cufold.plus, "inclusive", True, True),      # columns, lanes spine
+    (np.float32, (16, 1 << 20), (1 << 20, 1), 0, cufold.plus, "inclusive", True, False),  # columns, no chunks
+    (np.int32, (4096, 4096), (4096, 1), 0, cufold.plus, "exclusive", True, False),       # int32 -> int64
+    (np.int32, (4096, 4096), (1, 4096), 0, cufold.plus, "inclusive", True, False),       # transposed: tiles
+    ((np.float32, np.float32), (4096, 2048), (2048, 1), 1, affine, "inclusive", False, False),   # wide states
+    ((np.float32, np.float32), (4096, 2048), (2048, 1), 1, affine, "inclusive", False, True),
+    ((np.float32, np.float32), (2048, 64), (64, 1), 0, affine, "exclusive", False, False),       # columns
+    ((np.float32, np.float32), (64, 2048), (2048, 1), 1, affine, "exclusive", False, True),      # tiles, excl.
+    ((np.float32, np.float32), (1 << 16, 20), (20, 1), 1, affine, "inclusive", False, False),    # lanes
+    (np.float32, (8, 9, 10, 11), (990, 1, 99, 9), 2, cufold.plus, "inclusive", True, False),    # gather 4-D
+    (np.float64, (300, 200), (1, 300), None, cufold.plus, "inclusive", True, False),     # gather, flat
+    (np.int32, (1 << 20,), (1,), None, cufold.plus, "inclusive", True, True),             # reversed 1-D
+    ((np.float32, np.float32), (1 << 26,), (1,), None, affine, "inclusive", False, False),  # 1-D, pair states
+    ((np.float32, np.float32), (16, 1 << 20), (1 << 20, 1), 1, affine, "inclusive", False, False),  # tiles, pair
+    ((np.float32, np.float32), (16, 1 << 20), (1 << 20, 1), 1, affine, "exclusive", False, True),
+    (np.int32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "exclusive", True, False),    # int64 pair states
+]
+for dts, shape, strides, ax, op, kind, numpy_sum, rev in SCAN_AXES:
+    fields = dts if isinstance(dts, tuple) else (dts,)
+    xs = tuple(view(f, shape, strides) for f in fields)
+    S._plan_scan(xs, (), isinstance(dts, tuple), op, None if kind == "inclusive" or op is not affine else (1.0, 0.0),
+                 None, None, False, kind, numpy_sum, 0, None, ax, rev)
+def _scan_key(key):
+    if key[0] in ("scan_tiles", "scan"):
+        spec = key[1]
+        return "%s %s %s->%s %s %dx%d %s %s" % (key[0], spec.op.name, spec.in_vt, spec.out_vt, spec.kind,
+                                               spec.tile.nt, spec.tile.vt, spec.carry, spec.variant.states)
+    return str(key[:1] + key[2:])
+
+
+scan_keys = sorted({_scan_key(k[0]) for k in list(compiled)[before:]})
+for key in scan_keys:
+    print("  ok   %s" % key[:150])
+print("%d axis-scan kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

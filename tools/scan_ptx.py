@@ -9,7 +9,8 @@ per SM that those allow (H100/H200: 64K registers, 228 KiB shared memory,
     PYTHONPATH=src python tools/scan_ptx.py --sass DIR int32:inclusive:single_pass
 
 A case is ``dtype[:kind[:algorithm[:NTxVT]]]`` (dtype: a NumPy name, scanned
-with plus; ``bool`` with logical_or; ``pair`` for an int64 affine-map tuple;
+with plus; ``bool`` with logical_or; ``pair`` for an int64 affine-map tuple, ``pair32``
+for a float32 one;
 ``mat8`` for 2x2 byte matrices in a uint32, non-commutative). ``--sass DIR`` also writes each
 kernel's PTX, cubin and SASS (``cuobjdump -sass``) to DIR. Like
 tools/ptx_check.py, it fakes the current device so that device functions
@@ -104,6 +105,9 @@ def kernels(case):
     if dtype == "pair":
         op, vt = AFFINE, ValueType.of((np.int64, np.int64))
         xs = (_arr(np.int64, n), _arr(np.int64, n))
+    elif dtype == "pair32":
+        op, vt = AFFINE, ValueType.of((np.float32, np.float32))
+        xs = (_arr(np.float32, n), _arr(np.float32, n))
     elif dtype == "mat8":
         op, vt = MAT8, ValueType.of(np.uint32)
         xs = _arr(np.uint32, n)

@@ -14,6 +14,7 @@ Suites (``python -m cufold bench list``):
 ``bykey-tuple`` tuple values by key: argmax, count + 3 sums, Welford vs PyG/torch (:mod:`.bykey_tuple`)
 ``pyg``        feature rows (E x F) by key and over segments vs PyG scatter / torch (:mod:`.pyg`, its own driver)
 ``axes``       axis reductions over layouts (A, A.T, strided, permuted) vs torch/CuPy (:mod:`.axes`, its own driver)
+``scan-axes``  cumsum along axes, the batched affine recurrence vs torch/Triton/JAX (:mod:`.scan_axes`, its own driver)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
 
 **Default run and --full.** A suite's default run takes under 4 minutes on an
@@ -238,6 +239,9 @@ def main(argv=None, stdout=None, stderr=None):
     if argv and argv[0] == "axes":  # layouts x axes, not log2 sizes: its own driver
         from .axes import main as axes_main
         return axes_main(argv[1:], stdout=out, stderr=err)
+    if argv and argv[0] == "scan-axes":  # fixed shapes x axes: its own driver
+        from .scan_axes import main as scan_axes_main
+        return scan_axes_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "bykey":  # seed 001's fixed box, not log2 sizes: its own driver
         from .bykey import main as bykey_main
         return bykey_main(argv[1:], stdout=out, stderr=err)

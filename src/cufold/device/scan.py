@@ -224,6 +224,70 @@ def _packable(vt):
     return vt.arity == 1 and vt.itemsize <= 4 and vt.fields[0] != np.float16
 
 
+def _chunks(vt):
+    """The 32-bit chunks of a value of ``vt`` (a field of 8 bytes is two), or None
+    where a field cannot be bit-cast (float16, which is never an accumulator)."""
+    if any(f == np.float16 or f.itemsize > 8 for f in vt.fields):
+        return None
+    return sum(1 if f.itemsize <= 4 else 2 for f in vt.fields)
+
+
+def _pairable(vt):
+    """Whether a value is two 32-bit chunks (int64, float64, or two fields of at most
+    4 bytes: the affine pair of float32): the ``pair`` layout of :func:`_tile_states`."""
+    return _chunks(vt) == 2
+
+
+def state_layout(states, acc_vt, in_vt=None):
+    """The tile-state layout a look-back of ``acc_vt`` uses when ``states`` (a
+    :class:`Variant`'s) is asked for: ``packed`` (one word a tile), ``pair`` (two
+    words, each with its own copy of the status) or ``wide`` (flags and value arrays).
+
+    ``pair`` only where the input's fields are of at most 4 bytes (``in_vt``; None:
+    any): there the kernels keep 32 registers and 8 blocks per SM (int32 summed as
+    int64, pairs of float32); with 8-byte inputs (int64, float64) ptxas gives the pair
+    look-back 36-39 registers, 6 blocks per SM, where ``wide`` keeps 8 (occupancy
+    decided the scan's speed: docs/performance.md), so those stay ``wide``."""
+    if states == "packed":
+        if _packable(acc_vt):
+            return "packed"
+        if _pairable(acc_vt) and (in_vt is None or all(f.itemsize <= 4 for f in in_vt.fields)):
+            return "pair"
+    return "wide"
+
+
+def state_words(layout):
+    """uint64 state words a tile takes in a look-back state (``wide``: its flag only)."""
+    return 2 if layout == "pair" else 1
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_codec(vt):
+    """``(to_words, from_words)`` device functions: a value of a pairable ``vt`` as
+    two uint64 holding 32 bits each (low first), and back."""
+    env = dict(vt._env())
+    if vt.arity == 1:                            # one 8-byte field: its two halves
+        env["U"] = np.uint64
+        to = ("def to_words(v):\n    b = T0(%s).view(U)\n"
+              "    return b & np.uint64(0xFFFFFFFF), b >> np.uint64(32)\n" % vt._field("v", 0))
+        back = ("def from_words(w0, w1):\n    return %s\n"
+                % vt._pack(["((w1 << np.uint64(32)) | (w0 & np.uint64(0xFFFFFFFF))).view(T0)"]))
+        return _codegen.build(to, "to_words", env), _codegen.build(back, "from_words", env)
+    parts_to, parts_back = [], []
+    for i, f in enumerate(vt.fields):             # two fields of at most 4 bytes: one each
+        v, w = vt._field("v", i), "w%d" % i
+        if f.kind == "b":
+            parts_to.append("np.uint64(1 if %s else 0)" % v)
+            parts_back.append("(%s & np.uint64(1)) != 0" % w)
+        else:
+            env["U%d" % i] = np.dtype("u%d" % f.itemsize).type
+            parts_to.append("np.uint64(T%d(%s).view(U%d))" % (i, v, i))
+            parts_back.append("U%d(%s & np.uint64(%d)).view(T%d)" % (i, w, (1 << 8 * f.itemsize) - 1, i))
+    to = "def to_words(v):\n    return %s, %s\n" % tuple(parts_to)
+    back = "def from_words(w0, w1):\n    return %s\n" % vt._pack(parts_back)
+    return _codegen.build(to, "to_words", env), _codegen.build(back, "from_words", env)
+
+
 @functools.lru_cache(maxsize=None)
 def _word_codec(vt):
     """``(to_bits, from_bits)`` device functions: a value of a packable ``vt`` as
@@ -296,10 +360,45 @@ def _tile_states(acc_vt, layout, poll):
     word is ``tag | status``, the low half the value's bits. A 64-bit access is
     single-copy atomic, so the value is never seen without its flag: one atomic
     exchange publishes, one load per predecessor reads, and there is no fence.
+    ``pair`` (the same ``lb``; tile ``j`` at words ``2j`` and ``2j + 1``): a value
+    of two 32-bit chunks (int64, float64, a pair of float32), each chunk in the low
+    half of its own word beside its own copy of ``tag | status``: two atomic
+    exchanges publish, two loads read, and a reader takes a state only where both
+    words show the same status of this launch (else it reads again), so it never
+    mixes halves of two publishes; no fence either (as CUB's 16-byte words).
     ``wide`` (``lb = (flags, flags as float32, aggregates, prefixes)``): the
     value goes to its own array first, a fence, then the flag; a reader sees
     the flag, fences, then reads the value.
     """
+    if layout == "pair":
+        to_words, from_words = _pair_codec(acc_vt)
+        read_pair = _state_reader(poll, np.uint64)
+
+        @cuda.jit(device=True)
+        def publish_pair(lb, j, tag, status, value):
+            high = np.uint64(tag | status) << np.uint64(32)
+            w0, w1 = to_words(value)
+            cuda.atomic.exch(lb[0], 2 * j, high | w0)
+            cuda.atomic.exch(lb[0], 2 * j + 1, high | w1)
+
+        @cuda.jit(device=True)
+        def wait_pair(lb, j, tag, placeholder):
+            while True:
+                s = np.int32(OUTSIDE)
+                w0 = np.uint64(0)
+                w1 = np.uint64(0)
+                if j >= 0:
+                    w0 = read_pair(lb[0], lb[1], 2 * j)
+                    w1 = read_pair(lb[0], lb[1], 2 * j + 1)
+                    s = _status_of(np.uint32(w0 >> np.uint64(32)), tag)
+                    if _status_of(np.uint32(w1 >> np.uint64(32)), tag) != s:
+                        s = np.int32(EMPTY)      # one half of a newer publish: read again
+                if cuda.all_sync(FULL_MASK, s != EMPTY):
+                    break
+            return s, (from_words(w0, w1) if s != OUTSIDE else placeholder)
+
+        return publish_pair, wait_pair
+
     if layout == "packed":
         to_bits, from_bits = _word_codec(acc_vt)
         read_word = _state_reader(poll, np.uint64)
@@ -798,7 +897,7 @@ def scan_kernel(spec):
 
     if spec.carry == "single_pass":
         by_ticket = spec.variant.ids == "ticket"
-        packed = spec.variant.states == "packed"
+        packed = spec.variant.states in ("packed", "pair")      # state words (no value arrays)
 
         def scan_single_pass(xs, outs, n, tiles, counter, states, aggs, pres, init,
                              has_init, totals, want_total):
@@ -927,8 +1026,7 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
     spine = None
     if algorithm == "single_pass":
         carry = "single_pass"
-        var = var._replace(states="packed" if var.states == "packed" and _packable(acc_vt)
-                           else "wide")
+        var = var._replace(states=state_layout(var.states, acc_vt, in_vt))
     else:
         carry = "single_block" if algorithm == "single_block" or tiles == 1 else "downsweep"
         var = var._replace(states=None, poll=None, ids=None)
@@ -966,7 +1064,7 @@ def _scratch_bytes(spec, tiles, algorithm, spine):
     """Bytes of per-stream workspace ``_run`` carves for a plan (mirrors it)."""
     dummy_total = _bytes(spec.out_vt, 1)
     if algorithm == "single_pass":
-        if spec.variant.states == "packed":      # the states live in the look-back state
+        if spec.variant.states in ("packed", "pair"):    # the states live in the look-back state
             return dummy_total
         return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total  # aggregates, prefixes
     if spine is None:                            # single block: placeholders only
@@ -1082,9 +1180,10 @@ def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        st = look_back_state(b.device_id, b.stream, p.tiles)
-        b.guard(lambda: st.fits(p.tiles))
-        if spec.variant.states == "packed":
+        slots = p.tiles * state_words(spec.variant.states)
+        st = look_back_state(b.device_id, b.stream, slots)
+        b.guard(lambda: st.fits(slots))
+        if spec.variant.states in ("packed", "pair"):
             states = st.words
             aggs = pres = st.counter                     # unused
         else:
@@ -1134,10 +1233,10 @@ def _result_fields(in_vt, dtype, numpy_sum):
     return fields if in_vt.is_tuple else fields[0]
 
 
-def _scan_outputs(b, like, out_vt, given, n):
-    """Arr(s) to write: new arrays (outputs of the Program), or out= (checked)."""
+def _scan_outputs(b, like, out_vt, given, shape):
+    """Arr(s) to write: new arrays of ``shape`` (outputs of the Program), or out= (checked)."""
     if not given:
-        arrs = [b.output(like, (n,), f) for f in out_vt.fields]
+        arrs = [b.output(like, shape, f) for f in out_vt.fields]
     else:
         if len(given) != out_vt.arity:
             raise ValueError("cufold: out= needs %s for a result of type %s"
@@ -1145,9 +1244,9 @@ def _scan_outputs(b, like, out_vt, given, n):
                                 else "one array", out_vt))
         arrs = list(given)
         for a, f in zip(arrs, out_vt.fields):
-            if a.ndim != 1 or a.size != n:
-                raise ValueError("cufold: out= must be a 1-D array of %d elements (as x); it has "
-                                 "shape %s" % (n, a.shape))
+            if a.shape != tuple(shape):
+                raise ValueError("cufold: out= must have the result's shape %s (%d elements); it has "
+                                 "shape %s" % (tuple(shape), int(np.prod(shape)), a.shape))
             if a.dtype != f:
                 raise TypeError("cufold: out= has dtype %s, the scan's result is %s" % (a.dtype, f))
             if a.device_id != like.device_id:
@@ -1175,7 +1274,8 @@ def _types_for(op, in_vt, dtype, numpy_sum):
     return got
 
 
-def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False):
+def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False, axis=None,
+          reverse=False):
     """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
     is_tuple = x.__class__ is tuple
     arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
@@ -1187,7 +1287,7 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
     got = _programs_of_scans.run(
         (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple,
          tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
-         knob("CUFOLD_SCAN_VARIANT")), *arrs, *given)
+         knob("CUFOLD_SCAN_VARIANT"), axis, bool(reverse)), *arrs, *given)
     if out is None:
         return got
     return (out, got) if total else out
@@ -1197,17 +1297,51 @@ def _plan_key(key, *arrays):
     """The Program of scan call signature ``key`` (see :func:`_scan`) for ``arrays``:
     the input(s), then out='s."""
     sigs, h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple, _, given_stream = key[:12]
+    axis, reverse = key[14:16]
     return _plan_scan(arrays[:len(sigs)], arrays[len(sigs):], is_tuple, op, init, dtype, algorithm, total, kind,
-                      numpy_sum, h, h if given_stream else None)
+                      numpy_sum, h, h if given_stream else None, axis, reverse)
 
 
-def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream):
-    """The Program of a scan (see :func:`_scan`): checks, types, outputs, the plan's launches."""
+def _scan_axis(axis, ndim):
+    """``axis`` as a non-negative int, None where the scan is of the whole array
+    (``axis=None``, or any axis of a 1-D input); NumPy's errors."""
+    if axis is None:
+        return None
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError("cufold: a scan's axis must be an integer or None, got %r" % (axis,))
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(int(axis), ndim)
+    return None if ndim == 1 else int(axis) % ndim
+
+
+def _reversed(arrs):
+    """1-D Arr(s) walked from their last element."""
+    def flip(a):
+        s = a.strides[0]
+        return _arrays.window(a, (a.size - 1) * s, (a.size,), (-s,))
+    return tuple(map(flip, arrs)) if isinstance(arrs, tuple) else flip(arrs)
+
+
+def _flat(arrs):
+    """1-D Arr(s) of the elements of C-contiguous (or 0-d, or 1-D) ones, in order."""
+    def one(a):
+        return a if a.ndim == 1 else _arrays.window(a, 0, (a.size,), (1,))
+    return tuple(map(one, arrs)) if isinstance(arrs, tuple) else one(arrs)
+
+
+def _fields(arrs):
+    return arrs if isinstance(arrs, tuple) else (arrs,)
+
+
+def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream,
+               axis=None, reverse=False):
+    """The Program of a scan (see :func:`_scan`): checks, types, outputs, the plan's launches.
+    ``axis``/``reverse``: see :mod:`.scan_axis` (which kernel runs for which layout)."""
+    from . import scan_axis as _sa
     op = as_op(op)
     _check_algorithm(algorithm)
-    for a in arrs:
-        if a.ndim != 1:
-            raise ValueError("cufold: scans take 1-D arrays; got shape %s" % (a.shape,))
+    shape = arrs[0].shape
+    ax = _scan_axis(axis, len(shape))
     in_vt = ValueType.of(tuple(a.dtype for a in arrs) if is_tuple else arrs[0].dtype)
     acc_vt, out_vt, identity = _types_for(op, in_vt, dtype, numpy_sum)
     has_init = False
@@ -1224,23 +1358,59 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     else:
         init_value = identity if identity is not None else acc_vt.sample()
     n = arrs[0].size
+    if total and ax is not None:
+        raise ValueError("cufold: total= is for scans of a whole array (axis=None or a 1-D input); "
+                         "got axis=%r of an array of shape %s" % (axis, shape))
     if total and n == 0 and identity is None:
         raise ValueError("cufold: the total of an empty input needs an operator with an "
                          "identity; %s has none" % op.name)
     b = _programs.Builder(arrs[0].device_id, h, alloc_stream)
     xs = tuple(b.input(a) for a in arrs)
     ys = tuple(b.input(a) for a in given)
-    outs = _scan_outputs(b, xs[0], out_vt, ys, n)
+    outs = _scan_outputs(b, xs[0], out_vt, ys, (n,) if ax is None else shape)
     totals = None
     if total:
         vecs = tuple(_arrays.window(b.output(xs[0], (), f), 0, (1,), (1,)) for f in out_vt.fields)
         totals = vecs if out_vt.is_tuple else vecs[0]
+    src, src_vt = (xs if is_tuple else xs[0]), in_vt
     if n == 0:
         if total:
             fill(b, out_vt, totals, 1, identity)
+    elif ax is None:                             # the whole array, in C order
+        if not all(a.ndim <= 1 or a.c_contiguous for a in xs):
+            _sa.gather(b, in_vt, out_vt, src, outs, n)           # then scanned in place
+            src, src_vt = outs, out_vt
+        src, dst = _flat(src), outs
+        if reverse:
+            src, dst = _reversed(src), _reversed(dst)
+        p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm)
+        add_launches(b, p, src, dst, n, init_value, has_init, totals)
     else:
-        p = _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm)
-        add_launches(b, p, xs if is_tuple else xs[0], outs, n, init_value, has_init, totals)
+        lay = None
+        out_strides = {a.strides for a in _fields(outs)}
+        if len(out_strides) != 1:
+            raise ValueError("cufold: the arrays of out= must share one layout for an axis scan")
+        out_strides = out_strides.pop()
+        if len({a.strides for a in xs}) == 1:
+            lay = _sa.plan_layout(shape, xs[0].strides, out_strides, ax, reverse)
+        if lay is None:                          # batch dims that do not merge: gather, scan in place
+            _sa.gather(b, in_vt, out_vt, src, outs, n)
+            src, src_vt = outs, out_vt
+            lay = _sa.plan_layout(shape, out_strides, out_strides, ax, reverse)
+            if lay is None:
+                raise ValueError("cufold: cannot scan along axis %d of an out= with strides %s; "
+                                 "pass a C-contiguous out=" % (ax, out_strides))
+        if lay.kind == "flat":
+            p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm)
+            add_launches(b, p, _sa.flat_windows(src, lay.inp, lay), _sa.flat_windows(outs, lay.out, lay), n,
+                         init_value, has_init, None)
+        else:
+            var = variant()
+            nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, out_vt, var)
+            ws = _launch.workspace(b.device_id, b.stream, nbytes)[1]
+            views = _sa.segment_windows if lay.kind == "segments" else _sa.windows
+            _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, views(src, lay.inp, lay),
+                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var)
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
     if given:
@@ -1260,25 +1430,37 @@ _programs_of_scans = _programs.Programs(_plan_key, "cufold.scan", 4096)   # user
 
 
 
-def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=None, total=False):
+def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None, stream=None, algorithm=None,
+                   total=False):
     """Inclusive scan: ``out[i] = x[0] op x[1] op ... op x[i]``.
 
     Parameters
     ----------
-    x : CUDA array (any library), or a tuple of equally long ones (tuple values).
+    x : CUDA array (any library, any strides), or a tuple of equally shaped
+        ones (tuple values).
     op : cufold.Op or function ``(a, b) -> c``; associative (commutativity and
         an identity are not needed).
+    axis : the axis to scan along, as NumPy's ``cumsum``: None (the default)
+        scans the whole array in C order and returns a 1-D result; an int
+        (negative counts from the end) scans every line along that axis and
+        returns ``x``'s shape (see :mod:`cufold.device.scan_axis` for which
+        kernel runs for which shape).
+    reverse : scan from the end: ``flip(scan(flip(x)))`` along the axis, with
+        ``op``'s operands in the same order as ``jax.lax.associative_scan(
+        reverse=True)``: ``out[i] = x[-1] op x[-2] op ... op x[i]``.
     dtype : result dtype (a tuple for tuple values); default: ``x``'s own.
         float16 results accumulate in float32.
-    out : device array(s) of ``len(x)`` and the result dtype to write into;
+    out : device array(s) of the result's shape and dtype to write into;
         may be ``x`` itself (in place).
     stream : the library's stream object or a raw ``CUstream`` handle.
-    algorithm : one of ``cufold.algorithms("scan")``; None chooses (one block
+    algorithm : one of ``cufold.algorithms("scan")`` for a scan of a single
+        run (``axis=None``, a 1-D input, or one line); None chooses (one block
         for small inputs, else ``single_pass``). For floating-point results
         that are bitwise reproducible from run to run, ask for
-        ``"reduce_then_scan"`` (see the module doc).
+        ``"reduce_then_scan"`` (see the module doc). Scans of several lines
+        choose their kernel by shape.
     total : also return the reduction of all of ``x`` (0-d device array(s)),
-        from the same pass.
+        from the same pass (scans of the whole array only).
 
     Returns the scanned array(s) in ``x``'s library, or ``(scanned, total)``;
     the host is not synchronised.
@@ -1290,13 +1472,23 @@ def inclusive_scan(x, op=plus, *, dtype=None, out=None, stream=None, algorithm=N
         array([ 1,  8, 12, 12, 21], dtype=int32)
         >>> cufold.inclusive_scan(x, cufold.maximum, total=True)
         (array([1, 7, 7, 7, 9], dtype=int32), array(9, dtype=int32))
+        >>> cufold.inclusive_scan(x, reverse=True)
+        array([21, 20, 13,  9,  9], dtype=int32)
+        >>> a, b = cupy.full((2, 3), 0.5), cupy.ones((2, 3))   # h = a*h + b along each row
+        >>> affine = lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1])
+        >>> cufold.inclusive_scan((a, b), affine, axis=-1)[1]
+        array([[1.  , 1.5 , 1.75],
+               [1.  , 1.5 , 1.75]])
     """
-    return _scan(x, op, None, dtype, out, stream, algorithm, total, "inclusive", "inclusive_scan")
+    return _scan(x, op, None, dtype, out, stream, algorithm, total, "inclusive", "inclusive_scan",
+                 axis=axis, reverse=reverse)
 
 
-def exclusive_scan(x, op=plus, init=None, *, dtype=None, out=None, stream=None, algorithm=None,
-                   total=False):
-    """Exclusive scan: ``out[0] = init``, ``out[i] = init op x[0] op ... op x[i-1]``.
+def exclusive_scan(x, op=plus, init=None, *, axis=None, reverse=False, dtype=None, out=None, stream=None,
+                   algorithm=None, total=False):
+    """Exclusive scan: ``out[0] = init``, ``out[i] = init op x[0] op ... op x[i-1]``
+    (along every line of ``axis``, each starting at ``init``; with ``reverse``,
+    ``out[-1] = init``, ``out[i] = init op x[-1] op ... op x[i+1]``).
 
     ``init`` defaults to the operator's identity (an operator without one needs
     ``init``). ``total=True`` also returns the reduction of all of ``x``
@@ -1311,40 +1503,51 @@ def exclusive_scan(x, op=plus, init=None, *, dtype=None, out=None, stream=None, 
         (tensor([ 0,  1,  8, 12, 12], device='cuda:0'), tensor(21, device='cuda:0'))
         >>> cufold.exclusive_scan(x, init=100)
         tensor([100, 101, 108, 112, 112], device='cuda:0')
+        >>> cufold.exclusive_scan(x.reshape(1, 5), axis=1, reverse=True)
+        tensor([[20, 13,  9,  9,  0]], device='cuda:0')
     """
-    return _scan(x, op, init, dtype, out, stream, algorithm, total, "exclusive", "exclusive_scan")
+    return _scan(x, op, init, dtype, out, stream, algorithm, total, "exclusive", "exclusive_scan",
+                 axis=axis, reverse=reverse)
 
 
-def cumsum(x, dtype=None, out=None, stream=None, *, algorithm=None):
-    """``numpy.cumsum`` of a 1-D device array: small integers and bool sum as
-    int64 (unsigned: uint64), float16 accumulates in float32 and stores float16.
+def cumsum(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+    """``numpy.cumsum(x, axis)``: small integers and bool sum as int64 (unsigned:
+    uint64), float16 accumulates in float32 and stores float16. ``axis=None``
+    scans the whole array in C order (a 1-D result), as NumPy; ``reverse``: from
+    the end (see :func:`inclusive_scan`).
 
-    Example: ``cufold.cumsum(cupy.arange(5, dtype=cupy.int32))  # int64 [0 1 3 6 10]``
+    Example: ``cufold.cumsum(cupy.arange(5, dtype=cupy.int32))  # int64 [0 1 3 6 10]``;
+    ``cufold.cumsum(torch.ones(3, 4, device="cuda"), axis=0)  # rows 1, 2, 3``
     """
     return _scan(x, plus, None, dtype, out, stream, algorithm, False, "inclusive", "cumsum",
-                 numpy_sum=True)
+                 numpy_sum=True, axis=axis, reverse=reverse)
 
 
-def cumprod(x, dtype=None, out=None, stream=None, *, algorithm=None):
-    """``numpy.cumprod`` (the dtypes of :func:`cumsum`).
+def cumprod(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+    """``numpy.cumprod(x, axis)`` (the dtypes and axes of :func:`cumsum`).
 
     Example: ``cufold.cumprod(torch.tensor([1., 2., 3.], device='cuda'))  # [1, 2, 6]``
     """
     return _scan(x, multiplies, None, dtype, out, stream, algorithm, False, "inclusive", "cumprod",
-                 numpy_sum=True)
+                 numpy_sum=True, axis=axis, reverse=reverse)
 
 
-def cummax(x, out=None, stream=None, *, algorithm=None):
+def cummax(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
     """``numpy.maximum.accumulate``: the running maximum, same dtype, NaN propagates.
+    ``axis=None`` (the default) scans the whole array in C order, as the other
+    scans (``numpy.maximum.accumulate``'s own default is axis 0: pass ``axis=0``).
 
     Example: ``cufold.cummax(cupy.asarray([3, 1, 4, 1, 5]))  # [3 3 4 4 5]``
     """
-    return _scan(x, maximum, None, None, out, stream, algorithm, False, "inclusive", "cummax")
+    return _scan(x, maximum, None, None, out, stream, algorithm, False, "inclusive", "cummax",
+                 axis=axis, reverse=reverse)
 
 
-def cummin(x, out=None, stream=None, *, algorithm=None):
-    """``numpy.minimum.accumulate``: the running minimum, same dtype, NaN propagates.
+def cummin(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+    """``numpy.minimum.accumulate``: the running minimum, same dtype, NaN propagates
+    (axes as :func:`cummax`).
 
     Example: ``cufold.cummin(cupy.asarray([3, 1, 4, 1, 5]))  # [3 1 1 1 1]``
     """
-    return _scan(x, minimum, None, None, out, stream, algorithm, False, "inclusive", "cummin")
+    return _scan(x, minimum, None, None, out, stream, algorithm, False, "inclusive", "cummin",
+                 axis=axis, reverse=reverse)

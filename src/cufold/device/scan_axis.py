@@ -1,0 +1,689 @@
+"""Scans along one axis of an N-D array, forwards or in reverse: the planner and
+its kernels (the public calls are :mod:`.scan`'s, with ``axis=`` and ``reverse=``).
+
+The scanned axis keeps its order; every other axis is a *batch*. The planner
+(:func:`plan_layout`, at plan time on the Program's placeholders) drops size-1
+batch dimensions, orders the others by input stride and merges those that chain
+in both the input and the output (C-order or ``out=``'s strides), as
+:func:`.axis.plan_layout` does for reductions. What is left must be at most two
+batch groups, ``A`` (outer) and ``C`` (inner, the smaller input stride): every
+scan then runs on a 3-D view ``(A, L, C)`` of the input and of the output, with
+the scanned axis of length ``L`` in the middle. ``reverse=True`` is the same view
+walked from its last item (a negative stride along the scan: the kernels read
+backwards, nothing is copied), so the result is ``flip(scan(flip(x)))`` with the
+operator applied in its own order, as ``jax.lax.associative_scan(reverse=True)``.
+
+Which kernel runs (``R = A*C`` rows of ``L`` items):
+
+===========  ==========================================  ==================================
+layout       when                                        kernel
+===========  ==========================================  ==================================
+flat         ``R == 1`` (1-D input, ``axis=None`` of a   the device-wide scan of
+             contiguous array, or every batch dim 1)     :mod:`.scan` (single pass look-back;
+                                                         ``algorithm=`` applies)
+segments     ``L <= LANE_ROW`` (256), the rows back to   ``segments``: the rows as one run
+             back in one run (``C == 1``, row stride =   of ``R*L`` items (backwards for
+             ``L`` x item stride: a C-order batch)       ``reverse``); a warp takes whole
+                                                         rows, 32 items a step, SEGMENT_STEPS
+                                                         steps' loads issued together
+                                                         (coalesced); a segmented shuffle
+                                                         scan whose heads come from each
+                                                         item's position in its row (kept
+                                                         by additions, no division), and a
+                                                         carry from step to step
+lanes        ``L <= LANE_ROW``, the scanned axis has     ``lanes``: a group of G = 1..32
+             the smaller stride, rows not in one run     lanes per row (G the power of two
+             (strided or permuted batches)               >= L, up to a warp: several short
+                                                         rows a warp), G items a step, a
+                                                         shuffle scan and a carry down the
+                                                         row; each lane keeps ROWS_PER_LANE
+                                                         rows' loads in flight
+tiles        the scanned axis has the smaller stride,    ``tiles``: the single-pass tile
+             ``L > LANE_ROW``                            scan of :mod:`.scan` on every row:
+                                                         a tile (up to 256 threads x VT
+                                                         items) per block, one block a row
+                                                         up to one tile, longer rows a batch
+                                                         of decoupled look-backs (each row
+                                                         its own range of tile states; the
+                                                         ticket order is row-major)
+columns      a batch dimension has the smaller stride    ``columns``: a thread per
+             (``axis=0`` of a C-order matrix)            (column, chunk), threads along the
+                                                         contiguous batch dimension
+                                                         (coalesced), a running carry down
+                                                         the chunk, COLUMN_UNROLL loads in
+                                                         flight. With few columns the rows
+                                                         split into chunks: *upsweep* (each
+                                                         chunk's fold), a row scan of the
+                                                         fold (lanes or tiles, in place),
+                                                         *downsweep* (each chunk after its
+                                                         carry): 3 launches, the input read
+                                                         twice
+===========  ==========================================  ==================================
+
+Views whose batch dimensions do not merge into two groups (permutations of 4 or
+more dimensions), and ``axis=None`` of a non-contiguous N-D view, are first
+gathered in C order into the output (cast to the result dtype), which is then
+scanned in place. Everything is decided when the Program is planned; a call is
+its launches, with no host synchronisation.
+
+All kernels combine operands in sequence order (an associative operator is
+enough); exclusive scans start every row at ``init`` (or the identity).
+"""
+
+import collections
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda
+
+from .. import _codegen, block, warp
+from ..host import arrays as _arrays
+from ..host import launch as _launch
+from ..host.launch import Tile
+
+__all__ = ["LANE_ROW", "Layout", "add_launches", "gather", "plan_layout"]
+
+#: Rows of at most this many items run on groups of lanes; longer ones on tiles.
+LANE_ROW = 256
+#: Steps of 32 items whose loads a warp of the segments kernel issues together.
+SEGMENT_STEPS = 8
+#: Rows a lane of the lanes kernel works on at once (their loads in flight together;
+#: each costs ~9 registers: 4 rows take 60, 8 take 95).
+ROWS_PER_LANE = 4
+#: Loads a thread of the columns kernel issues before combining them.
+COLUMN_UNROLL = 8
+#: The columns kernel splits a column into chunks of at least this many items.
+COLUMN_MIN_CHUNK = 16
+FULL_MASK = 0xFFFFFFFF
+
+#: The 3-D form of a scan: ``A`` rows of ``C`` columns of ``L`` items each;
+#: ``inp``/``out``: (element origin, (A stride, L stride, C stride)) of the input
+#: and the output; ``kind``: 'flat', 'segments', 'lanes', 'tiles' or 'columns' ('segments':
+#: ``inp``/``out`` give the origin and the item stride of the run of ``A*L`` items).
+Layout = collections.namedtuple("Layout", "kind A L C inp out")
+
+
+def _merge(dims):
+    """Merge neighbours (outer to inner) whose input and output strides chain."""
+    out = []
+    for d in dims:
+        if out and out[-1][1] == d[1] * d[0] and out[-1][2] == d[2] * d[0]:
+            prev = out.pop()
+            d = (prev[0] * d[0], d[1], d[2])
+        out.append(d)
+    return out
+
+
+def plan_layout(shape, in_strides, out_strides, axis, reverse):
+    """The :class:`Layout` of scanning ``axis`` of a view of ``shape`` (element
+    strides of the input and of the output), or None where the batch dimensions
+    do not merge into two groups (the caller gathers the input first)."""
+    length, il, ol = shape[axis], in_strides[axis], out_strides[axis]
+    batch = [(shape[d], in_strides[d], out_strides[d]) for d in range(len(shape))
+             if d != axis and shape[d] != 1]
+    batch.sort(key=lambda d: (-abs(d[1]), -abs(d[2])))
+    groups = _merge(batch)
+    if len(groups) > 2:
+        return None
+    one = (1, 0, 0)
+    if not groups:
+        outer, inner = one, one
+    elif len(groups) == 1:
+        g = groups[0]
+        outer, inner = (one, g) if abs(g[1]) < abs(il) else (g, one)
+    else:
+        outer, inner = groups
+    rows = outer[0] * inner[0]
+    if rows == 1:
+        kind = "flat"
+    elif inner[0] > 1 and abs(inner[1]) < abs(il):
+        kind = "columns"
+    elif length > LANE_ROW:
+        kind = "tiles"
+    elif inner[0] == 1 and outer[1] == length * il and outer[2] == length * ol:
+        # rows back to back (one run): a flat run of rows*length items, walked backwards to reverse
+        kind = "segments"
+        if reverse:
+            last = rows * length - 1
+            return Layout(kind, outer[0], length, 1, (last * il, (0, -il, 0)), (last * ol, (0, -ol, 0)))
+        return Layout(kind, outer[0], length, 1, (0, (0, il, 0)), (0, (0, ol, 0)))
+    else:
+        kind = "lanes"
+    in_origin = out_origin = 0
+    if reverse and length > 0:
+        in_origin, out_origin = (length - 1) * il, (length - 1) * ol
+        il, ol = -il, -ol
+    return Layout(kind, outer[0], length, inner[0], (in_origin, (outer[1], il, inner[1])),
+                  (out_origin, (outer[2], ol, inner[2])))
+
+
+def windows(arrs, side, lay):
+    """The 3-D views ``(A, L, C)`` of Arr(s) ``arrs`` (a tuple for tuple values)
+    for ``side`` (``lay.inp`` or ``lay.out``)."""
+    origin, strides = side
+    shape = (lay.A, lay.L, lay.C)
+    if isinstance(arrs, tuple):
+        return tuple(_arrays.window(a, origin, shape, strides) for a in arrs)
+    return _arrays.window(arrs, origin, shape, strides)
+
+
+def segment_windows(arrs, side, lay):
+    """The 1-D views of a ``segments`` layout: its ``A*L`` items in scan order."""
+    origin, strides = side
+    if isinstance(arrs, tuple):
+        return tuple(_arrays.window(a, origin, (lay.A * lay.L,), (strides[1],)) for a in arrs)
+    return _arrays.window(arrs, origin, (lay.A * lay.L,), (strides[1],))
+
+
+def flat_windows(arrs, side, lay):
+    """The 1-D views along the scan of a ``flat`` layout (its one row)."""
+    origin, strides = side
+    if isinstance(arrs, tuple):
+        return tuple(_arrays.window(a, origin, (lay.L,), (strides[1],)) for a in arrs)
+    return _arrays.window(arrs, origin, (lay.L,), (strides[1],))
+
+
+# --- device routines -------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _access3(vt):
+    """``(load3(arrays, a, l, c), store3(arrays, a, l, c, value))`` on 3-D arrays."""
+    load = _codegen.build("def load3(x, a, l, c):\n    return %s\n" % vt._pack(
+        ["%s[np.uint64(a), np.uint64(l), np.uint64(c)]" % vt._field("x", i) for i in range(vt.arity)]),
+        "load3")
+    lines = ["    %s[np.uint64(a), np.uint64(l), np.uint64(c)] = %s" % (vt._field("x", i), vt._field("v", i))
+             for i in range(vt.arity)]
+    store = _codegen.build("def store3(x, a, l, c, v):\n%s\n" % "\n".join(lines), "store3")
+    return load, store
+
+
+@functools.lru_cache(maxsize=None)
+def _dims(vt):
+    """Device function ``(arrays) -> shape`` of (the first field of) ``arrays``."""
+    return _codegen.build("def dims(x):\n    return %s.shape\n" % vt._field("x", 0), "dims")
+
+
+@functools.lru_cache(maxsize=None)
+def _row_view(vt, spelling="index"):
+    """Device function ``(arrays, a, c) -> arrays``: row ``(a, c)`` of 3-D arrays as
+    1-D views (inlined: Numba returns no array view from an ordinary device function).
+    ``spelling``: ``index`` (``x[a, :, c]``) or ``slice`` (``x[a, :, c:][:, 0]``), the
+    same view; ptxas (sm_90) allocates the tiles kernel 32 registers (8 blocks per SM)
+    with ``slice`` for rows walked forwards and with ``index`` for reversed rows, 40
+    (6 blocks) the other way round."""
+    expr = "%s[a, :, c]" if spelling == "index" else "%s[a, :, c:][:, 0]"
+    return cuda.jit(device=True, inline="always")(_codegen.build(
+        "def row(x, a, c):\n    return %s\n" % vt._pack(
+            [expr % vt._field("x", i) for i in range(vt.arity)]), "row", device=False))
+
+
+@functools.lru_cache(maxsize=None)
+def _local(vt, count):
+    """Device function ``() -> items``: ``count`` values of ``vt`` in registers."""
+    lines = ["    a%d = cuda.local.array(%d, T%d)" % (i, count, i) for i in range(vt.arity)]
+    src = "def local_items():\n%s\n    return %s\n" % (
+        "\n".join(lines), vt._pack(["a%d" % i for i in range(vt.arity)]))
+    return cuda.jit(device=True, inline="always")(_codegen.build(src, "local_items", vt._env(), device=False))
+
+
+# --- lanes: groups of G lanes per row ------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
+    """Kernel ``(xs, outs, rows, cols, init)`` over 3-D ``(A, L, C)`` views
+    (``rows = A*C``, row ``r`` is ``(r // C, :, r % C)``): groups of ``group``
+    lanes (a power of two <= 32) scan a row ``group`` items at a time (a shuffle
+    scan of the group, after the carry of the items before); each lane works on
+    ``per_lane`` rows at once. Every lane of a warp runs every step (shuffles
+    with the full mask): lanes past the last row load a real item and store nothing.
+    ``split``: ``C > 1`` (else a row is ``(r, :, 0)``, with no division)."""
+    g = group
+    exclusive = kind == "exclusive"
+    scan = warp.inclusive_scan(op, acc_vt, width=g)
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    combine = op.combine(acc_vt)
+    load_in, _ = _access3(in_vt)
+    _, store_out = _access3(out_vt)
+    to_acc, to_out = acc_vt.cast, out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    local = _local(acc_vt, per_lane)
+    dims = _dims(in_vt)
+
+    def scan_lanes(xs, outs, rows, cols, init):
+        length = dims(xs)[1]
+        lane = cuda.laneid
+        sub = lane & (g - 1)
+        last_lane = lane - sub + (g - 1)
+        per_block = cuda.blockDim.x // g
+        groups = cuda.gridDim.x * per_block
+        gid = cuda.blockIdx.x * per_block + cuda.threadIdx.x // g
+        span = groups * per_lane
+        steps = (rows + span - 1) // span                # the same for every lane
+        vals = local()
+        carry = local()
+        for step in range(steps):
+            first_row = step * span + gid
+            for j in range(per_lane):
+                put(carry, j, init)
+            for start in range(0, length, g):
+                k = start + sub
+                kc = min(k, length - 1)
+                for j in range(per_lane):
+                    row = min(first_row + j * groups, rows - 1)
+                    a = row // cols if split else row
+                    put(vals, j, to_acc(load_in(xs, a, kc, row - a * cols if split else 0)))
+                for j in range(per_lane):
+                    v = scan(get(vals, j))
+                    c_in = get(carry, j)
+                    if exclusive or start > 0:
+                        v = combine(c_in, v)
+                    result = v
+                    if exclusive:                        # every lane shuffles, stored or not
+                        result = shfl_up(FULL_MASK, v, 1)
+                        if sub == 0:
+                            result = c_in
+                    row = first_row + j * groups
+                    if row < rows and k < length:
+                        a = row // cols if split else row
+                        store_out(outs, a, k, row - a * cols if split else 0, to_out(result))
+                    put(carry, j, shfl_idx(FULL_MASK, v, last_lane))
+
+    return scan_lanes
+
+
+# --- segments: rows back to back, a warp over whole rows ----------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
+    """Kernel ``(xs, outs, rows, length, rows_per_warp, init)`` over 1-D views of
+    ``rows`` rows of ``length`` items back to back: each warp takes
+    ``rows_per_warp`` whole rows at a time and walks them 32 items a step
+    (``per_lane`` steps' loads issued together, coalesced), with a segmented
+    Kogge-Stone scan over the 32 lanes whose segment heads come from the item's
+    position in its row (no flags: lane ``l`` adds lane ``l - d`` where its
+    position is ``>= d``), and the carry of the step before where a row started
+    before it. The position moves by ``32 % length`` a step: no division."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    # A lane's accesses of a step group: one address register, constant offsets (32 k).
+    view_in, load_in, _ = S._lane_io(in_vt, "stream")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_acc, to_out = acc_vt.cast, out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    local = _local(acc_vt, per_lane)
+    group = 32 * per_lane
+
+    def scan_segments(xs, outs, rows, length, rows_per_warp, init):
+        lane = cuda.laneid
+        warps = (cuda.gridDim.x * cuda.blockDim.x) >> 5
+        w = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
+        span = rows_per_warp * length
+        n = rows * length
+        advance = np.int32(32 % length)
+        first_pos = np.int32(lane % length)
+        vals = local()
+        while w * rows_per_warp < rows:                   # the same for every lane of a warp
+            base = w * span
+            end = min(base + span, n)
+            pos = first_pos                               # a warp's rows start at its first lane
+            carry = init                                  # (not used before the first step's end)
+            at = base
+            while at < end:
+                if at + group <= end:                     # every item of the group: no clamps
+                    mine = view_in(xs, at + lane)
+                    for k in range(per_lane):
+                        put(vals, k, to_acc(load_in(mine, 32 * k)))
+                else:                                     # items past the end repeat the last
+                    start = min(at + lane, end - 1)
+                    last = np.uint32(end - 1 - start)
+                    mine = view_in(xs, start)
+                    for k in range(per_lane):
+                        put(vals, k, to_acc(load_in(mine, min(np.uint32(32 * k), last))))
+                mine_out = view_out(outs, at + lane)
+                for k in range(per_lane):
+                    v = get(vals, k)
+                    if exclusive and pos == 0:
+                        v = combine(init, v)
+                    for step in range(5):
+                        d = 1 << step
+                        other = shfl_up(FULL_MASK, v, d)
+                        if lane >= d and pos >= d:
+                            v = combine(other, v)
+                    if pos > lane:                        # the row started before this step
+                        v = combine(carry, v)
+                    result = v
+                    if exclusive:
+                        result = shfl_up(FULL_MASK, v, 1)
+                        if pos == 0:
+                            result = init
+                        elif lane == 0:
+                            result = carry
+                    if at + 32 * k + lane < end:
+                        store_out(mine_out, 32 * k, to_out(result))
+                    carry = shfl_idx(FULL_MASK, v, 31)
+                    pos += advance
+                    if pos >= length:
+                        pos -= length
+                at += 32 * per_lane
+            w += warps
+
+    return scan_segments
+
+
+# --- tiles: the single-pass tile scan on every row --------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def tiles_kernel(spec, spelling="slice"):
+    """Kernel ``(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init,
+    has_init, totals)``: :mod:`.scan`'s single-pass tile scan (``spec``) of every
+    row of 3-D ``(A, L, C)`` views; ``tiles = rows * per_row``. A block draws a
+    ticket (:func:`.scan.draw`); ticket ``t`` is tile ``t % per_row`` of row
+    ``t // per_row``, whose look-back reads only that row's range of tile states
+    (a row's first tile starts it: its prefix is its aggregate). Rows of one tile
+    (``spec.carry == 'single_block'``): block ``r`` scans row ``r``, with no
+    ticket and no tile states. ``spelling``: of the row views (:func:`_row_view`)."""
+    from . import scan as S
+    tile_scan, temp_items = S._tile_scan(spec)
+    tile_storage = block.temp_storage(spec.acc_vt, S._tile_slots(spec.tile))
+    scan_storage = block.temp_storage(spec.acc_vt, temp_items)
+    stash_storage = block.temp_storage(spec.acc_vt, 2)
+    row_in, row_out = _row_view(spec.in_vt, spelling), _row_view(spec.out_vt, spelling)
+    dims = _dims(spec.in_vt)
+    draw = S.draw
+    by_ticket = spec.variant.ids == "ticket"
+    sv = S._storage_vt(spec.acc_vt)
+    from_in = S._lane_io(sv, "plain")[0]                  # value arrays from an index on
+
+    words = 2 if spec.variant.states == "pair" else 1      # state words a tile
+
+    @cuda.jit(device=True, inline="always")
+    def start(drawn, per_row, cols):
+        ticket = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
+        row = ticket // per_row
+        a = row // cols
+        return row * per_row, ticket - row * per_row, a, row - a * cols
+
+    def scan_rows_packed(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init, totals):
+        smem = tile_storage()
+        temp = scan_storage()
+        stash = stash_storage()
+        drawn = cuda.shared.array(2, np.int64)
+        if cuda.threadIdx.x == 0:
+            ticket, tag = draw(counter, tiles)
+            drawn[0] = ticket
+            drawn[1] = tag
+        cuda.syncthreads()
+        first, tile, a, c = start(drawn, per_row, cols)
+        lb = (states[0][first * words:], states[1][first * words:])
+        state = (tile, lb, drawn, init, has_init, stash)
+        length = dims(xs)[1]
+        tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
+                  False)
+
+    def scan_rows_wide(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init, totals):
+        smem = tile_storage()
+        temp = scan_storage()
+        stash = stash_storage()
+        drawn = cuda.shared.array(2, np.int64)
+        if cuda.threadIdx.x == 0:
+            ticket, tag = draw(counter, tiles)
+            drawn[0] = ticket
+            drawn[1] = tag
+        cuda.syncthreads()
+        first, tile, a, c = start(drawn, per_row, cols)
+        lb = (states[0][first:], states[1][first:], from_in(aggs, first), from_in(pres, first))
+        state = (tile, lb, drawn, init, has_init, stash)
+        length = dims(xs)[1]
+        tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
+                  False)
+
+    def scan_rows_one_tile(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init,
+                           totals):
+        smem = tile_storage()
+        temp = scan_storage()
+        stash = stash_storage()
+        row = np.int64(cuda.blockIdx.x)
+        a = row // cols
+        state = (np.int64(0), pres, np.uint32(0), init, has_init, stash)
+        length = dims(xs)[1]
+        tile_scan(row_in(xs, a, row - a * cols), row_out(outs, a, row - a * cols), length, np.int64(0), 1,
+                  state, smem, temp, totals, False)
+
+    if spec.carry == "single_block":
+        return scan_rows_one_tile
+    return scan_rows_packed if spec.variant.states in ("packed", "pair") else scan_rows_wide
+
+
+def row_tile(in_vt, acc_vt, length):
+    """The tile of the tiles kernel for rows of ``length``: :func:`.scan.tile_for`'s,
+    with fewer threads where a row is shorter than a tile (down to a warp)."""
+    from . import scan as S
+    tile = S.tile_for(in_vt, acc_vt, length)
+    nt = tile.nt
+    while nt > 32 and (nt // 2) * tile.vt >= length:
+        nt //= 2
+    return Tile(nt, tile.vt)
+
+
+# --- columns: a thread per (column, chunk) ---------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll):
+    """Kernel ``(xs, outs, chunk, chunks, cols, partials, init, has_init)`` over 3-D
+    ``(A, L, C)`` views: thread ``w`` takes column ``w % C`` of chunk ``w // C %
+    chunks`` (``chunk`` items) of row group ``w // (C*chunks)``. ``phase``: 'up'
+    folds the chunk into ``partials[(a*C + c), chunk, 0]`` (not the last chunk);
+    'down' scans the chunk after its carry (``partials[.., chunk - 1, 0]``: the
+    inclusive scan of the folds before it), writing ``outs``."""
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    load_in, _ = _access3(in_vt)
+    _, store_out = _access3(out_vt)
+    load_acc, store_acc = _access3(acc_vt)
+    to_acc, to_out = acc_vt.cast, out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    local = _local(acc_vt, unroll)
+    up = phase == "up"
+    dims = _dims(in_vt)
+
+    def scan_columns(xs, outs, chunk, chunks, cols, partials, init, has_init):
+        shape = dims(xs)
+        length = shape[1]
+        groups = shape[0]
+        work = groups * chunks * cols
+        w = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        step = cuda.gridDim.x * cuda.blockDim.x
+        vals = local()
+        while w < work:
+            r = w // cols
+            c = w - r * cols
+            a = r // chunks
+            ch = r - a * chunks
+            lo = ch * chunk
+            hi = min(lo + chunk, length)
+            if up and ch == chunks - 1:
+                lo = hi                                  # the last chunk's fold is never used
+            have = np.bool_(exclusive and not up)     # a fold starts at its first item
+            carry = init
+            if ch > 0 and not up:
+                before = load_acc(partials, a * cols + c, ch - 1, 0)
+                carry = combine(init, before) if (exclusive and has_init) else before
+                have = np.bool_(True)
+            i = lo
+            while i < hi:
+                for u in range(unroll):
+                    put(vals, u, to_acc(load_in(xs, a, min(i + u, hi - 1), c)))
+                for u in range(unroll):
+                    if i + u < hi:
+                        v = get(vals, u)
+                        if up:
+                            carry = combine(carry, v) if have else v
+                            have = np.bool_(True)
+                        elif exclusive:
+                            store_out(outs, a, i + u, c, to_out(carry))
+                            carry = combine(carry, v)
+                        else:
+                            carry = combine(carry, v) if have else v
+                            have = np.bool_(True)
+                            store_out(outs, a, i + u, c, to_out(carry))
+                i += unroll
+            if up and lo < hi:
+                store_acc(partials, a * cols + c, ch, 0, carry)
+            w += step
+
+    return scan_columns
+
+
+# --- gather (views that are not three merged groups) -----------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def gather_kernel(in_vt, out_vt, ndim, flat_out):
+    """Kernel ``(xs, outs, n)``: ``outs`` = ``xs`` (``ndim``-D) in C order, cast to
+    ``out_vt``; ``outs`` is 1-D (``flat_out``) or of ``xs``'s shape."""
+    idx = ", ".join("np.uint64(i%d)" % d for d in range(ndim))
+    lines = ["def gather(x, o, n):",
+             "    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x",
+             "    step = cuda.gridDim.x * cuda.blockDim.x",
+             "    shape = %s.shape" % in_vt._field("x", 0),
+             "    while i < n:",
+             "        r = i"]
+    for d in range(ndim - 1, 0, -1):
+        lines += ["        i%d = r %% shape[%d]" % (d, d), "        r = r // shape[%d]" % d]
+    lines.append("        i0 = r")
+    at = "np.uint64(i)" if flat_out else idx
+    for f in range(in_vt.arity):
+        lines.append("        %s[%s] = O%d(%s[%s])" % (out_vt._field("o", f), at, f, in_vt._field("x", f), idx))
+    lines.append("        i += step")
+    env = {"O%d" % i: f.type for i, f in enumerate(out_vt.fields)}
+    return _codegen.build("\n".join(lines) + "\n", "gather", env, device=False)
+
+
+def _grid(b, work, nt, per_sm):
+    """Blocks for ``work`` threads of ``nt``: no more than ``per_sm`` per SM (grid-stride)."""
+    return max(1, min(-(-work // nt), _launch.sm_count(b.device_id) * per_sm))
+
+
+def _threads():
+    """Threads per block of the lanes, columns and gather kernels."""
+    return 32 if config.ENABLE_CUDASIM else 256
+
+
+def gather(b, in_vt, out_vt, xs, outs, n):
+    """Add the launch copying ``xs`` (N-D) into ``outs`` in C order, cast."""
+    nd = (xs[0] if in_vt.is_tuple else xs).ndim
+    flat = (outs[0] if out_vt.is_tuple else outs).ndim == 1 and nd != 1
+    nt = _threads()
+    b.launch(gather_kernel(in_vt, out_vt, nd, flat), ("scan_gather", in_vt, out_vt, nd, flat),
+             _grid(b, n, nt, 8), nt, (xs, outs, n))
+
+
+# --- launches ---------------------------------------------------------------------------------
+
+def _column_chunks(b, lay):
+    """(chunk, chunks) for the columns kernel: chunks enough for every column x
+    chunk to fill the GPU's resident threads, each of COLUMN_MIN_CHUNK items or more."""
+    target = _launch.sm_count(b.device_id) * 2048
+    columns = lay.A * lay.C
+    chunks = min(-(-target // columns), -(-lay.L // COLUMN_MIN_CHUNK))
+    chunks = max(1, chunks)
+    chunk = -(-lay.L // chunks)
+    return chunk, -(-lay.L // chunk)
+
+
+def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
+    """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
+    from . import scan as S
+    if lay.kind == "columns":
+        chunks = _column_chunks(b, lay)[1]
+        if chunks == 1:
+            return S._bytes(acc_vt, 1)
+        spine = Layout("segments" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
+        return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
+    if lay.kind == "tiles":
+        tile = row_tile(in_vt, acc_vt, lay.L)
+        tiles = lay.A * lay.C * -(-lay.L // (tile.nt * tile.vt))
+        return S._bytes(out_vt, 1) + 2 * S._bytes(S._storage_vt(acc_vt), tiles)     # (wide: its values)
+    return 0
+
+
+def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_init, ws, offset, var):
+    """Add the launches of a scan of layout ``lay`` (not 'flat') to builder ``b``:
+    ``xs``/``outs`` are the 3-D views (:func:`windows`); ``init`` a value of
+    ``acc_vt`` (an exclusive scan's start; any value for inclusive ones);
+    ``ws``/``offset``: workspace to carve (:func:`scratch_bytes` bytes)."""
+    from . import scan as S
+    rows = lay.A * lay.C
+    if lay.kind == "segments":
+        per_lane = SEGMENT_STEPS
+        rows_per_warp = max(1, 32 * per_lane // lay.L)
+        nt = _threads()
+        grid = _grid(b, -(-rows // rows_per_warp) * 32, nt, 8)
+        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane),
+                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane), grid, nt,
+                 (xs, outs, rows, lay.L, rows_per_warp, init))
+        return
+    if lay.kind == "lanes":
+        group = 1 << max(0, math.ceil(math.log2(max(1, min(lay.L, 32)))))
+        per_lane = ROWS_PER_LANE
+        nt = _threads()
+        groups = -(-rows // per_lane)
+        grid = _grid(b, groups * group, nt, 8)
+        split = lay.C > 1
+        b.launch(lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split),
+                 ("scan_lanes", op, in_vt, acc_vt, out_vt, kind, group, per_lane, split), grid, nt,
+                 (xs, outs, rows, lay.C, init))
+        return
+    if lay.kind == "tiles":
+        tile = row_tile(in_vt, acc_vt, lay.L)
+        per_row = -(-lay.L // (tile.nt * tile.vt))
+        tiles = rows * per_row
+        totals, offset = S._carve(ws, offset, out_vt, 1)          # never written
+        spelling = "index" if lay.inp[1][1] < 0 else "slice"       # (registers: _row_view)
+        if per_row == 1:
+            spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block",
+                          var._replace(states=None, poll=None, ids=None))
+            b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
+                     (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
+            return
+        var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
+        spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var)
+        slots = tiles * S.state_words(var.states)
+        st = S.look_back_state(b.device_id, b.stream, slots)
+        b.guard(lambda: st.fits(slots))
+        if var.states in ("packed", "pair"):
+            states, aggs, pres = st.words, st.counter, st.counter
+        else:
+            sv = S._storage_vt(acc_vt)
+            states = st.flags
+            aggs, offset = S._carve(ws, offset, sv, tiles)
+            pres, offset = S._carve(ws, offset, sv, tiles)
+        b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
+                 (xs, outs, per_row, tiles, lay.C, st.counter, states, aggs, pres, init, has_init, totals))
+        return
+    # columns
+    chunk, chunks = _column_chunks(b, lay)
+    nt = _threads()
+    work = rows * chunks
+    grid = _grid(b, work, nt, 16)
+    if chunks == 1:
+        dummy, offset = S._carve(ws, offset, acc_vt, 1)
+        parts = windows(dummy, (0, (0, 0, 0)), lay._replace(A=1, L=1, C=1))
+        b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL),
+                 ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down"), grid, nt,
+                 (xs, outs, chunk, chunks, lay.C, parts, init, has_init))
+        return
+    flat, offset = S._carve(ws, offset, acc_vt, rows * chunks)
+    spine = Layout("segments" if chunks <= LANE_ROW else "tiles", rows, chunks, 1,
+                   (0, (chunks, 1, 1)), (0, (chunks, 1, 1)))
+    parts = windows(flat, spine.inp, spine)
+    b.launch(columns_kernel(op, in_vt, acc_vt, acc_vt, kind, "up", COLUMN_UNROLL),
+             ("scan_columns", op, in_vt, acc_vt, acc_vt, kind, "up"), grid, nt,
+             (xs, parts, chunk, chunks, lay.C, parts, init, has_init))
+    run = segment_windows(flat, (0, (0, 1, 0)), spine) if spine.kind == "segments" else parts
+    add_launches(b, spine, op, acc_vt, acc_vt, acc_vt, "inclusive", run, run, init, False, ws, offset, var)
+    b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL),
+             ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down"), grid, nt,
+             (xs, outs, chunk, chunks, lay.C, parts, init, has_init))

@@ -1,0 +1,374 @@
+"""Scans along an axis and in reverse (cufold.device.scan_axis through the public
+scans): NumPy's cumsum / maximum.accumulate along every axis of 2-D and 3-D
+arrays and of strided, transposed, permuted and reversed views; every kernel
+(lanes, tiles, columns with and without chunks, the gather fallback); reverse
+scans against flip(scan(flip(x))); a batch of affine recurrences (tuple values,
+not commutative) against a sequential loop; bad axes.
+
+Outputs given with ``out=`` are poisoned first, so an element left unwritten fails.
+"""
+
+import numpy as np
+import pytest
+from conftest import SIMULATOR, to_device, to_host
+from numba import cuda
+from numpy.lib.stride_tricks import as_strided
+
+import cufold
+from cufold.device import scan_axis
+from cufold.ops import Op
+
+
+class _CAI:
+    def __init__(self, keep, **kw):
+        self.keep = keep
+        self.__cuda_array_interface__ = dict(kw)
+
+
+def view(base, offset, shape, strides):
+    """(device view, host view) of 1-D host ``base``: element ``offset``, element
+    ``strides`` of any sign."""
+    isz = base.itemsize
+    ref = as_strided(base[offset:], shape, tuple(s * isz for s in strides))
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray(as_strided(base.copy()[offset:], shape, tuple(s * isz for s in strides))), ref
+    d = cuda.to_device(base)
+    ptr = d.device_ctypes_pointer.value + offset * isz
+    return _CAI(d, shape=tuple(shape), typestr=base.dtype.str, data=(ptr, False),
+                strides=tuple(s * isz for s in strides), version=3), ref
+
+
+def flipped(fn, x, axis, reverse):
+    """NumPy reference: ``fn(x, axis)``, or flip(fn(flip(x))) along the axis."""
+    if not reverse:
+        return fn(x, axis)
+    ax = 0 if axis is None else axis
+    src = x.ravel() if axis is None else x
+    return np.flip(fn(np.flip(src, ax), ax), ax)
+
+
+def np_cumsum(x, axis):
+    return np.cumsum(x, axis=axis, dtype=np.float64)
+
+
+def np_cummax(x, axis):
+    return np.maximum.accumulate(x.ravel() if axis is None else x, axis=0 if axis is None else axis)
+
+
+def layout(kind, lay):
+    return lay is not None and lay.kind == kind
+
+
+# --- the planner ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,strides,axis,kind", [
+    ((8, 40), (40, 1), 1, "segments"),
+    ((8, 40), (80, 1), 1, "lanes"),            # rows apart: not one run
+    ((8, 400), (400, 1), 1, "tiles"),
+    ((8, 400), (400, 1), 0, "columns"),
+    ((8, 400), (1, 8), 1, "columns"),          # a transposed view: the batch dim is contiguous
+    ((8, 400), (1, 8), 0, "lanes"),            # input rows in one run, C-order output rows not
+    ((1, 400), (400, 1), 1, "flat"),
+    ((3, 4, 5), (20, 5, 1), 1, "columns"),
+    ((3, 4, 5), (20, 5, 1), 2, "segments"),
+    ((3, 4, 5), (1, 15, 3), 0, "lanes"),       # scanned axis contiguous, two batch groups
+])
+def test_plan_layout_kinds(shape, strides, axis, kind):
+    out = tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+    lay = scan_axis.plan_layout(shape, strides, out, axis, False)
+    assert lay.kind == kind and lay.A * lay.C * lay.L == int(np.prod(shape))
+
+
+def test_plan_layout_reverse_and_gather():
+    lay = scan_axis.plan_layout((4, 10), (20, 1), (10, 1), 1, True)      # rows apart: lanes
+    assert lay.kind == "lanes" and lay.inp == (9, (20, -1, 0)) and lay.out == (9, (10, -1, 0))
+    lay = scan_axis.plan_layout((4, 10), (10, 1), (10, 1), 1, True)      # one run, walked backwards
+    assert lay.kind == "segments" and lay.inp == (39, (0, -1, 0)) and lay.out == (39, (0, -1, 0))
+    # four dims permuted so that no two batch dims chain: three groups, gathered first
+    assert scan_axis.plan_layout((2, 3, 4, 5), (60, 1, 15, 3), (60, 20, 5, 1), 2, False) is None
+
+
+# --- cumsum and cummax along every axis of views ----------------------------------------------
+
+# (offset, shape, strides) over a base of 2400 elements.
+VIEWS = {
+    "c2": (0, (7, 33), (33, 1)),
+    "c2_short": (0, (40, 31), (31, 1)),
+    "transposed": (0, (33, 7), (1, 33)),
+    "strided": (3, (6, 20), (80, 2)),
+    "reversed": (2399, (5, 33), (-40, -1)),
+    "c3": (0, (3, 5, 33), (165, 33, 1)),
+    "permuted": (0, (5, 33, 3), (33, 1, 165)),
+    "rows_1": (0, (9, 1), (1, 1)),
+    "rows_0": (0, (4, 0), (1, 1)),
+    "len_1025": (0, (2, 1025), (1025, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_cumsum_every_axis(rng, name):
+    base = rng.integers(-50, 50, 2400).astype(np.float32)
+    offset, shape, strides = VIEWS[name]
+    d, x = view(base, offset, shape, strides)
+    for axis in [None] + list(range(-len(shape), len(shape))):
+        for reverse in (False, True):
+            got = to_host(cufold.cumsum(d, axis=axis, reverse=reverse))
+            want = flipped(np_cumsum, x, axis, reverse)
+            assert got.shape == want.shape and got.dtype == np.float32, (name, axis)
+            np.testing.assert_array_equal(got, want, err_msg="%s axis=%s reverse=%s" % (name, axis, reverse))
+
+
+@pytest.mark.parametrize("length", [0, 1, 31, 33, 1025])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_cummax_row_lengths(rng, length, axis):
+    shape = (3, length) if axis == 1 else (length, 3)
+    x = rng.integers(-1000, 1000, shape).astype(np.int32)
+    d = to_device(x)
+    for reverse in (False, True):
+        got = to_host(cufold.cummax(d, axis=axis, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cummax, x, axis, reverse))
+
+
+def test_cumsum_int32_is_int64_and_3d_axes(rng):
+    x = rng.integers(-2**31, 2**31 - 1, (4, 6, 35)).astype(np.int32)
+    d = to_device(x)
+    for axis in range(3):
+        got = to_host(cufold.cumsum(d, axis=axis))
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, np.cumsum(x, axis=axis))
+    np.testing.assert_array_equal(to_host(cufold.cummin(d, axis=1, reverse=True)),
+                                  np.flip(np.minimum.accumulate(np.flip(x, 1), axis=1), 1))
+    small = rng.choice(np.array([-1, 1, 2], np.int32), (3, 40))
+    np.testing.assert_array_equal(to_host(cufold.cumprod(to_device(small), axis=-1)), np.cumprod(small, axis=-1))
+
+
+def test_columns_chunks_and_spine(rng):
+    """Few columns, long ones: upsweep, a row scan of the chunk folds, downsweep."""
+    x = rng.integers(-9, 9, (300, 3)).astype(np.int64)
+    d = to_device(x)
+    lay = scan_axis.plan_layout(x.shape, (3, 1), (3, 1), 0, False)
+    assert lay.kind == "columns"
+    for reverse in (False, True):
+        np.testing.assert_array_equal(to_host(cufold.cumsum(d, axis=0, reverse=reverse)),
+                                      flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+        got = to_host(cufold.exclusive_scan(d, cufold.maximum, init=-5, axis=0, reverse=reverse))
+        ref = flipped(np_cummax, np.concatenate([np.full((1, 3), -5), x[:-1]]), 0, False)
+        if reverse:
+            ref = np.flip(np.maximum.accumulate(np.concatenate([np.full((1, 3), -5), np.flip(x, 0)[:-1]]), 0), 0)
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_gather_fallback_4d_and_flatten(rng):
+    base = rng.integers(-9, 9, 120).astype(np.int32)
+    d, x = view(base, 0, (2, 3, 4, 5), (60, 1, 15, 3))
+    for axis in (2, None):
+        for reverse in (False, True):
+            got = to_host(cufold.cumsum(d, axis=axis, reverse=reverse))
+            np.testing.assert_array_equal(got, flipped(np_cumsum, x, axis, reverse).astype(np.int64))
+
+
+# --- exclusive scans, out=, in place ---------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_exclusive_init_out_and_in_place(rng, axis):
+    x = rng.integers(-20, 20, (6, 37)).astype(np.int64)
+    d = to_device(x)
+    out = cuda.to_device(np.full(x.shape, -777777, np.int64))
+    res = cufold.exclusive_scan(d, init=100, axis=axis, out=out)
+    assert res is out
+    inc = np.cumsum(x, axis=axis)
+    want = 100 + inc - x
+    np.testing.assert_array_equal(to_host(out), want)
+    cufold.inclusive_scan(d, axis=axis, reverse=True, out=d)               # in place
+    np.testing.assert_array_equal(to_host(d), flipped(np_cumsum, x, axis, True).astype(np.int64))
+
+
+# --- tuple values: a batch of affine recurrences, reverse ------------------------------------------
+
+def _affine(p, q):
+    # x -> p0*x + p1, then q: associative, not commutative, no identity.
+    return (p[0] * q[0], p[1] * q[0] + q[1])
+
+
+AFFINE = Op(_affine, name="affine")
+
+
+def affine_loop(a, b, axis, reverse, init=None):
+    """Sequential reference along ``axis`` (int64), inclusive (or exclusive from ``init``)."""
+    a, b = np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1)
+    ra, rb = np.empty_like(a), np.empty_like(b)
+    order = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
+    for idx in np.ndindex(a.shape[:-1]):
+        acc = init
+        for i in order:
+            item = (int(a[idx + (i,)]), int(b[idx + (i,)]))
+            if init is not None:
+                ra[idx + (i,)], rb[idx + (i,)] = acc
+                acc = _affine(acc, item)
+            else:
+                acc = item if acc is None else _affine(acc, item)
+                ra[idx + (i,)], rb[idx + (i,)] = acc
+    return np.moveaxis(ra, -1, axis), np.moveaxis(rb, -1, axis)
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 40), -1), ((3, 300), 1), ((40, 4), 0), ((2, 3, 33), 1)])
+def test_affine_batch_against_loop(rng, shape, axis):
+    # coefficients in {-1, 1} and small offsets: exact in int64
+    a = rng.choice(np.array([-1, 1], np.int64), shape)
+    b = rng.integers(-3, 4, shape).astype(np.int64)
+    d = to_device((a, b))
+    for reverse in (False, True):
+        got = to_host(cufold.inclusive_scan(d, AFFINE, axis=axis, reverse=reverse))
+        want = affine_loop(a, b, axis % len(shape), reverse)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    got = to_host(cufold.exclusive_scan(d, AFFINE, init=(1, 2), axis=axis, reverse=True))
+    want = affine_loop(a, b, axis % len(shape), True, init=(1, 2))
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_affine_float32_recurrence(rng):
+    """h = a*h + b along each row of float32 (the issue's recurrence), against float64."""
+    a = rng.uniform(0.5, 1.0, (4, 70)).astype(np.float32)
+    b = rng.uniform(-1, 1, (4, 70)).astype(np.float32)
+    _, h = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=-1))
+    want = np.empty((4, 70))
+    hh = np.zeros(4)
+    for i in range(70):
+        hh = a[:, i] * hh + b[:, i]
+        want[:, i] = hh
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
+
+
+def test_reverse_flat_total(rng):
+    x = rng.integers(-9, 9, 300).astype(np.int32)
+    got, total = cufold.inclusive_scan(to_device(x), reverse=True, total=True)
+    np.testing.assert_array_equal(to_host(got), np.flip(np.cumsum(np.flip(x))))
+    assert int(to_host(total)) == int(x.sum())
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def test_bad_axes_and_shapes():
+    d = to_device(np.zeros((3, 4), np.float32))
+    with pytest.raises(np.exceptions.AxisError):
+        cufold.cumsum(d, axis=2)
+    with pytest.raises(np.exceptions.AxisError):
+        cufold.cummax(d, axis=-3)
+    with pytest.raises(TypeError, match="cufold: a scan's axis"):
+        cufold.cumsum(d, axis=(0, 1))
+    with pytest.raises(ValueError, match="cufold: total="):
+        cufold.inclusive_scan(d, axis=0, total=True)
+    with pytest.raises(ValueError, match="cufold: out= must have the result's shape"):
+        cufold.cumsum(d, axis=0, out=to_device(np.zeros(12, np.float32)))
+    with pytest.raises(ValueError, match="cufold: out= must have the result's shape"):
+        cufold.cumsum(d, out=to_device(np.zeros((3, 4), np.float32)))       # axis=None: 1-D result
+    with pytest.raises(ValueError, match="cufold: the arrays of x must be equally long"):
+        cufold.inclusive_scan((d, to_device(np.zeros((4, 3), np.float32))), AFFINE, axis=0)
+
+
+# --- the bench suite (python -m cufold bench scan-axes): cases, targets, table, dry run ---------
+
+def test_bench_scan_axes_targets_and_dry_run():
+    import io
+
+    from cufold import bench
+    from cufold.bench import scan_axes as B
+    assert len(B.cases()) == 10 and len(B.cases({"affine"})) == 2
+    rows = [{"kind": "cumsum", "shape": [4096, 4096], "axis": 0, "reverse": False, "plan": "columns",
+             "floor_us": 30.0, "cufold": {"status": "ok", "gpu_us": 40.0}, "torch": {"status": "ok", "gpu_us": 80.0}},
+            {"kind": "affine", "shape": [4096, 2048], "axis": 1, "reverse": False, "plan": "tiles",
+             "floor_us": 32.0, "cufold": {"status": "ok", "gpu_us": 45.0}, "triton": {"status": "ok", "gpu_us": 40.0},
+             "jax": {"status": "ok", "gpu_us": 277.0}}]
+    res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": rows}
+    res["targets_evaluated"] = B.evaluate(res)
+    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS", "n/a", "n/a"]
+    text = B.format_results(res)
+    assert "targets:" in text and "cumsum 4096x4096 axis=0" in text
+    out = io.StringIO()
+    assert bench.main(["scan-axes", "--dry-run"], stdout=out) == 0
+    assert out.getvalue().count("axis=") == 10 and "plan=columns" in out.getvalue()
+
+
+def test_columns_with_a_tiles_spine(rng, monkeypatch):
+    """More chunks than LANE_ROW: the chunk folds are scanned by the tiles kernel;
+    and an exclusive scan with init along rows of several tiles (a look-back per row)."""
+    monkeypatch.setattr(scan_axis, "LANE_ROW", 8)
+    x = rng.integers(-9, 9, (291, 3)).astype(np.int32)
+    d = to_device(x)
+    lay = scan_axis.plan_layout(x.shape, (3, 1), (3, 1), 0, False)
+    assert lay.kind == "columns"
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(d, axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+    xt = np.ascontiguousarray(x.T)
+    got = to_host(cufold.exclusive_scan(to_device(xt), axis=1, init=7))
+    np.testing.assert_array_equal(got, 7 + np.cumsum(xt, axis=1) - xt)
+
+
+# --- the pair tile states (8-byte accumulators, pairs of 4-byte fields) ------------------------
+
+def test_pair_states_layouts(rng):
+    from cufold.device import scan
+    from cufold.values import ValueType
+    f32x2, i64 = ValueType.of((np.float32, np.float32)), ValueType.of(np.int64)
+    i32 = ValueType.of(np.int32)
+    assert scan.state_layout("packed", f32x2, f32x2) == "pair" and scan.state_layout("packed", i64, i32) == "pair"
+    assert scan.state_layout("wide", i64, i32) == "wide" and scan.state_layout("packed", i64, i64) == "wide"
+    assert scan.state_layout("packed", ValueType.of((np.int64, np.int64))) == "wide"
+    assert scan.plan(AFFINE, f32x2, f32x2, f32x2, 10**6, "inclusive", "single_pass").spec.variant.states == "pair"
+
+
+@pytest.mark.parametrize("dtypes", [(np.int32, np.int32), (np.int64,), (np.uint8, np.int32)])
+def test_pair_states_exact(rng, dtypes):
+    """Look-back over many tiles with two-word states: values whose halves both matter."""
+    n = 700
+    if len(dtypes) == 1:                                          # int32 summed as int64, past 2^32
+        x = rng.integers(2**31 - 100, 2**31 - 1, n).astype(np.int32)
+        got, total = cufold.inclusive_scan(to_device(x), dtype=np.int64, algorithm="single_pass", total=True)
+        np.testing.assert_array_equal(to_host(got), np.cumsum(x, dtype=np.int64))
+        assert int(to_host(total)) == int(x.sum(dtype=np.int64))
+        got = cufold.exclusive_scan(to_device(x), init=5, dtype=np.int64, algorithm="single_pass", reverse=True)
+        np.testing.assert_array_equal(to_host(got), 5 + np.flip(np.cumsum(np.flip(x), dtype=np.int64)) - x)
+        return
+    a = rng.integers(0, 2, n).astype(dtypes[0])
+    b = rng.integers(-3, 4, n).astype(dtypes[1])
+    # a segmented sum (q[0]: q starts a segment): associative, not commutative
+    pick = Op(lambda p, q: (p[0] | q[0], q[1] if q[0] else p[1] + q[1]), name="segmented_sum")
+    got = to_host(cufold.inclusive_scan(to_device((a, b)), pick, algorithm="single_pass"))
+    acc, want = None, []
+    for p in zip(a.tolist(), b.tolist()):
+        acc = p if acc is None else (acc[0] | p[0], p[1] if p[0] else acc[1] + p[1])
+        want.append(acc)
+    np.testing.assert_array_equal(got[1], np.array([w[1] for w in want]))
+    np.testing.assert_array_equal(got[0], np.array([w[0] for w in want], dtypes[0]))
+
+
+# --- GPU sizes: look-backs along long rows, long columns (the simulator's tiles cover these small) ---
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU tile sizes: rows of many 4096-item tiles")
+def test_gpu_long_rows_and_columns(rng):
+    x = rng.integers(-100, 100, (5, 100_003)).astype(np.int32)
+    d = to_device(x)
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(d, axis=1, reverse=reverse))                 # int64: pair states
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), x, 1, reverse))
+        got = to_host(cufold.inclusive_scan(d, axis=1, reverse=reverse))         # int32: packed states
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax, dtype=np.int32), x, 1,
+                                                   reverse))
+    got = to_host(cufold.exclusive_scan(d, init=7, axis=1))
+    np.testing.assert_array_equal(got, 7 + np.cumsum(x, axis=1, dtype=np.int32) - x)
+    a = rng.choice(np.array([-1, 1], np.int64), (3, 20_001))
+    b = rng.integers(-3, 4, (3, 20_001)).astype(np.int64)
+    for reverse in (False, True):
+        got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=1, reverse=reverse))
+        want = affine_loop(a, b, 1, reverse)
+        np.testing.assert_array_equal(got[1], want[1])
+    c = rng.integers(-100, 100, (1 << 16, 3)).astype(np.int32)                  # columns: a tiles spine
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(to_device(c), axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), c, 0, reverse))
+    f = rng.integers(-2, 3, (1 << 20, 16)).astype(np.float32)                   # the bench's shapes, exact
+    for axis in (0, 1):
+        np.testing.assert_array_equal(to_host(cufold.cumsum(to_device(f), axis=axis)), np.cumsum(f, axis=axis))
