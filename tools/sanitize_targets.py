@@ -104,6 +104,39 @@ for alg in cufold.algorithms("histogram"):
         check("histogram %s %d bins" % (alg, bins), c.copy_to_host(), np.histogram(xf, bins, range=(-2.0, 2.0))[0])
 edges = np.sort(rng.normal(size=33))
 check("histogram edge array", cufold.histogram(df, edges)[0].copy_to_host(), np.histogram(xf, edges)[0])
+# scans along axes and reversed (segments, lanes, tiles, columns), int32 -> int64 (pair states)
+for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000, 8), 0), ((700, 300), 0)]:
+    h = rng.integers(-9, 9, shape).astype(np.int32)
+    check("cumsum %s axis=%d" % (shape, axis), cufold.cumsum(cuda.to_device(h), axis=axis).copy_to_host(),
+          np.cumsum(h, axis=axis))
+    check("cumsum %s axis=%d reverse" % (shape, axis),
+          cufold.cumsum(cuda.to_device(h), axis=axis, reverse=True).copy_to_host(),
+          np.flip(np.cumsum(np.flip(h, axis), axis=axis), axis))
+check("cumsum int32 -> int64", cufold.cumsum(d, dtype=np.int64).copy_to_host(), np.cumsum(x, dtype=np.int64))
+# segmented scans and scans by key
+offs = np.unique(np.concatenate([[0, n], rng.integers(0, n, 500)])).astype(np.int64)
+seg_want = np.concatenate([np.cumsum(x[a:b]) for a, b in zip(offs[:-1], offs[1:])])
+check("segmented_scan", cufold.segmented_scan(d, cuda.to_device(offs)).copy_to_host(), seg_want)
+runs = np.repeat(np.arange(len(offs) - 1), np.diff(offs)).astype(np.int32)
+check("inclusive_scan_by_key", cufold.inclusive_scan_by_key(cuda.to_device(runs), d).copy_to_host(), seg_want)
+# reproducible sums, 1-D and segmented
+check("sum gpu_to_gpu", cufold.sum(df, deterministic="gpu_to_gpu").copy_to_host(), xf.astype(np.float64).sum(),
+      exact=False)
+check("segmented sum gpu_to_gpu",
+      cufold.segmented_reduce(df, cuda.to_device(offs), deterministic="gpu_to_gpu").copy_to_host(),
+      np.add.reduceat(xf.astype(np.float64), offs[:-1]), exact=False)
+# feature rows: by key (atomic rows, ordered rows), segments
+fk = rng.integers(0, 500, 20000).astype(np.int64)
+fv = rng.normal(size=(20000, 33)).astype(np.float32)
+for det in (False, True):
+    fo = cuda.to_device(np.zeros((500, 33), np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(fk), cuda.to_device(fv), fo, deterministic=det)
+    want_rows = np.zeros((500, 33))
+    np.add.at(want_rows, fk, fv)
+    check("feature rows by key deterministic=%s" % det, fo.copy_to_host(), want_rows, exact=False)
+foff = np.array([0, 5, 5, 9000, 20000], np.int64)
+check("feature rows segmented", cufold.segmented_reduce(cuda.to_device(fv), cuda.to_device(foff)).copy_to_host(),
+      np.stack([fv[a:b].astype(np.float64).sum(axis=0) for a, b in zip(foff[:-1], foff[1:])]), exact=False)
 cuda.synchronize()
 print("FAILURES: %d" % failures)
 sys.exit(1 if failures else 0)
