@@ -168,18 +168,55 @@ PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _projec
 
 
 @functools.lru_cache(maxsize=None)
-def _project(kind, ddof, out_vt):
-    return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
-                          {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+def _project(kind, ddof, out_vt, post=None):
+    """Device function: accumulator value -> result; with ``post`` (``(Transform,
+    type before it)``), the projection cast to that type, then the post-map."""
+    if post is None:
+        return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
+                              {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+    fn, mid_vt = post
+    return _codegen.build("def project(v):\n    return cast(post(mid(f(v, ddof))))\n", "project",
+                          {"cast": out_vt.cast, "mid": mid_vt.cast, "post": fn.device(mid_vt),
+                           "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+
+
+def project_of(spec):
+    """The projection (and post-map) of a reduction's Spec."""
+    return _project(spec.project, spec.ddof, spec.out_vt, spec.post)
+
+
+@functools.lru_cache(maxsize=None)
+def fill_projected_kernel(acc_vt, out_vt, post):
+    """Kernel ``(outs, count, value)``: ``outs[:count] = post(value)`` (``value`` an
+    accumulator value, grid-stride): an empty reduction's results where a post-map applies."""
+    store, cast, project = out_vt.store, acc_vt.cast, _project("value", 0, out_vt, post)
+
+    def fill_projected(outs, count, value):
+        k = np.int64(cuda.grid(1))
+        while k < count:
+            store(outs, k, project(cast(value)))
+            k += cuda.gridsize(1)
+
+    return fill_projected
+
+
+def fill_projected(b, acc_vt, out_vt, post, outs, count, value):
+    """``launch.fill`` of accumulator value ``value`` through the projection and post-map
+    ``post`` (``Spec.post``): the results of empty reductions with a post-map."""
+    nt = min(256, 32 * -(-count // 32)) or 32
+    b.launch(fill_projected_kernel(acc_vt, out_vt, post), ("fill_projected", acc_vt, out_vt, post),
+             max(1, min(-(-count // nt), 1024)), nt, (outs, np.int64(count), acc_vt.make(value)))
 
 
 # --- the kernel factory --------------------------------------------------------------
 
 Spec = collections.namedtuple(
-    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint",
-    defaults=(False, "plain"))
+    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint "
+    "transform post", defaults=(False, "plain", None, None))
 # wide: the input is read 8 bytes (two 4-byte items) per load, with cache hint ``hint``;
-# see _fold_tile_wide.
+# see _fold_tile_wide. transform: None or an ops.Transform of in_vt's items, applied to
+# each item as it is loaded (fused: the lift sees its result). post: None or
+# (ops.Transform, the result type before it), applied to each result (project_of).
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -191,6 +228,18 @@ Spec = collections.namedtuple(
 
 @functools.lru_cache(maxsize=None)
 def _protocol(spec):
+    start, update, finish = _protocol_items(spec._replace(transform=None, post=None, wide=False, hint="plain"))
+    if spec.transform is None:
+        return start, update, finish
+    # The transform applies to every item as the thread takes it in: fused, no pass of its own.
+    env = {"tf": spec.transform.device(spec.in_vt), "start0": start, "update0": update}
+    start = _codegen.build("def start(x, i):\n    return start0(tf(x), i)\n", "start", env)
+    update = _codegen.build("def update(s, x, i):\n    return update0(s, tf(x), i)\n", "update", env)
+    return start, update, finish
+
+
+@functools.lru_cache(maxsize=None)
+def _protocol_items(spec):
     acc_vt = spec.acc_vt
     if spec.lift == "welford":
         t = acc_vt.fields[0].type
@@ -371,7 +420,7 @@ def reduce_kernel(spec):
     fold_partials = _fold_range(spec.op, spec.acc_vt)
     store_acc, load_acc = spec.acc_vt.store, spec.acc_vt.load
     store_out = spec.out_vt.store
-    project = _project(spec.project, spec.ddof, spec.out_vt)
+    project = project_of(spec)
     is_atomic = finish in ("atomic_warp", "atomic_block")
     warp_reduce = None
     atomic = None
@@ -505,15 +554,17 @@ def tile_override():
 
 
 def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
-         ddof=0, deterministic=True):
+         ddof=0, deterministic=True, transform=None, post=None):
     """Choose and validate the algorithm, and size the grid (cached per call
-    shape and per ``CUFOLD_TILE`` override, which tests change)."""
+    shape and per ``CUFOLD_TILE`` override, which tests change). ``transform`` and
+    ``post``: see :data:`Spec`."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
-                 tile_override())
+                 tile_override(), transform, post)
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile):
+def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile,
+          transform=None, post=None):
     if algorithm is None:
         algorithm = _dispatch.choose_reduce(n, tile_for(acc_vt, acc_vt))
     elif algorithm not in ALGORITHMS:
@@ -541,7 +592,8 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
               "atomic_block": "atomic_block"}[algorithm]
     if grid == 1 and finish in ("partials", "last_block"):
         finish = "final"
-    spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered)
+    spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered,
+                transform=transform, post=post)
     wide = None
     # Not for argmin/argmax: 8-byte loads made them 9% slower on an H200 (1% faster on an H100).
     if (WIDE_LOADS and not ordered and not in_vt.is_tuple and in_vt.itemsize == 4 and tile.vt % 2 == 0
@@ -609,7 +661,7 @@ def run(b, plan_, xs, n, outs, init):
     # Partials, then fold them again: once more for two_pass (one block), recursively for tiles.
     again = plan(spec.op, acc_vt, acc_vt, spec.out_vt, grid, b.device_id,
                  "single_block" if plan_.algorithm == "two_pass" else plan_.algorithm,
-                 project=spec.project, ddof=spec.ddof)
+                 project=spec.project, ddof=spec.ddof, post=spec.post)
     if again.grid > 1:
         # Fold into a second scratch area behind the first (tiles recursion).
         run(b, again, _copy_partials(b, acc_vt, partials, grid), grid, outs, init)
