@@ -272,3 +272,79 @@ def test_kernels_cached_by_function():
     t = as_transform(square)
     assert t is as_transform(square) and t.fingerprint() is not None
     assert as_transform(abs).fingerprint() is not None
+
+
+# --- scans, segmented reductions, reductions by key -----------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ["single_pass", "reduce_then_scan", "single_block"])
+def test_scans_with_transform_and_generated(rng, algorithm):
+    h = rng.integers(-9, 9, N).astype(np.int32)
+    d = to_device(h)
+    got = to_host(cufold.inclusive_scan(d, transform=square, algorithm=algorithm))
+    np.testing.assert_array_equal(got, np.cumsum(h.astype(np.int64) ** 2))
+    got = to_host(cufold.exclusive_scan(cufold.counting(N, 3), algorithm=algorithm))
+    np.testing.assert_array_equal(got, np.concatenate([[0], np.cumsum(np.arange(3, N + 2))]))
+    v, i = cufold.inclusive_scan((d, cufold.counting(N)), cufold.argmax, algorithm=algorithm)
+    np.testing.assert_array_equal(to_host(v), np.maximum.accumulate(h))
+    np.testing.assert_array_equal(to_host(i), [np.argmax(h[:j + 1]) for j in range(N)])
+
+
+def test_cumulative_shortcuts_with_transform(rng):
+    h = rng.standard_normal(N).astype(np.float32)
+    d = to_device(h)
+    np.testing.assert_array_equal(to_host(cufold.cummax(d, transform=abs)), np.maximum.accumulate(np.abs(h)))
+    close(to_host(cufold.cumsum(d, transform=square)), np.cumsum(h.astype(np.float64) ** 2), rtol=1e-4)
+    np.testing.assert_array_equal(to_host(cufold.cumsum(cufold.constant(7, 2, np.int8))), 2 * np.arange(1, 8))
+
+
+def test_segmented_reduce_with_transform_and_generated(rng):
+    h = rng.standard_normal(N).astype(np.float32)
+    off = np.concatenate([[0, 0], np.sort(rng.integers(0, N, 9)), [N]]).astype(np.int64)
+    doff = to_device(off)
+    got = to_host(cufold.segmented_reduce(to_device(h), doff, transform=square))
+    close(got, [(h[a:b].astype(np.float64) ** 2).sum() for a, b in zip(off[:-1], off[1:])], rtol=1e-5)
+    got = to_host(cufold.segmented_reduce(cufold.counting(N), doff, cufold.maximum, init=-1))
+    np.testing.assert_array_equal(got, [b - 1 if b > a else -1 for a, b in zip(off[:-1], off[1:])])
+
+
+def test_reduce_by_key_with_transform_and_counting(rng):
+    keys = np.sort(rng.integers(0, 30, N)).astype(np.int32)
+    h = rng.integers(-9, 9, N).astype(np.int32)
+    uk, t = cufold.reduce_by_key(to_device(keys), to_device(h), transform=square)
+    u = np.unique(keys)
+    np.testing.assert_array_equal(to_host(uk), u)
+    np.testing.assert_array_equal(to_host(t), [(h[keys == k].astype(np.int64) ** 2).sum() for k in u])
+    _, first = cufold.reduce_by_key(to_device(keys), cufold.counting(N), cufold.minimum)
+    np.testing.assert_array_equal(to_host(first), np.searchsorted(keys, u))
+
+
+@pytest.mark.parametrize("algorithm", [None, "atomic", "warp", "adaptive", "table"])
+def test_reduce_by_key_into_first_occurrences_and_transform(rng, algorithm):
+    m = 40
+    keys = rng.integers(0, m, N).astype(np.int32)
+    first = cuda.to_device(np.full(m, np.iinfo(np.int64).max, np.int64))
+    cufold.reduce_by_key_into(to_device(keys), cufold.counting(N), first, cufold.minimum, algorithm=algorithm)
+    np.testing.assert_array_equal(to_host(first), [np.nonzero(keys == k)[0][0] for k in range(m)])
+    h = rng.standard_normal(N).astype(np.float32)
+    out = cuda.to_device(np.zeros(m, np.float64))
+    cufold.reduce_by_key_into(to_device(keys), to_device(h), out, transform=square, algorithm=algorithm)
+    ref = np.zeros(m)
+    np.add.at(ref, keys, h.astype(np.float64) ** 2)
+    close(to_host(out), ref, rtol=1e-5)
+
+
+def test_reduce_by_key_into_deterministic_transform_and_errors(rng):
+    keys = rng.integers(0, 20, N).astype(np.int32)
+    h = rng.standard_normal(N).astype(np.float32)
+    out = cuda.to_device(np.zeros(20, np.float64))
+    cufold.reduce_by_key_into(to_device(keys), to_device(h), out, transform=abs, deterministic=True)
+    ref = np.zeros(20)
+    np.add.at(ref, keys, np.abs(h.astype(np.float64)))
+    close(to_host(out), ref, rtol=1e-9)
+    with pytest.raises(ValueError, match="needs them stored"):
+        cufold.reduce_by_key_into(to_device(keys), cufold.constant(N, 1.0), out, deterministic=True)
+    with pytest.raises(TypeError, match="single values"):
+        cufold.reduce_by_key_into(to_device(keys), to_device(h), out, transform=lambda v: (v, v))
+    with pytest.raises(TypeError, match="same_kind"):
+        cufold.reduce_by_key_into(to_device(keys), to_device(h), cuda.to_device(np.zeros(20, np.int64)),
+                                  transform=square)
