@@ -427,6 +427,7 @@ print("%d axis-scan kernels compiled; all in %.1f s" % (len(compiled) - before, 
 # (device/fused.py), whole (single_pass, 8-byte loads where they apply) and along axes
 # (rows and columns), and the projected fill of an empty reduction with a post-map.
 F = importlib.import_module("cufold.device.fused")
+as_transform_ = cufold.ops.as_transform
 before = len(compiled)
 
 
@@ -476,3 +477,28 @@ fused(F._COUNT[0], rows, np.dtype(np.int64), transform=F._nonzero, axis=(1,))
 fused(F._truth(cufold.logical_and, "all"), arr(np.int32, n), transform=F._nonzero)
 fused(F._truth(cufold.logical_or, "any"), cols, transform=F._nonzero, axis=(0,))
 print("%d fused kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# transform= and generated inputs in the other families: scans (every algorithm), segmented
+# reductions, reduce_by_key's runs, reduce_by_key_into's scalar paths (every algorithm).
+before = len(compiled)
+sq, count32 = as_transform_(square), _arrays.Generated("counting", n, 0, np.int32)
+for alg in S.ALGORITHMS:
+    S._plan_scan((i32,), (), False, cufold.plus, None, None, alg, True, "inclusive", True, 0, None, sq)
+    S._plan_scan((count, ), (), False, cufold.plus, None, None, alg, False, "exclusive", False, 0, None)
+    S._plan_scan((f32, count), (), True, cufold.argmax, None, None, alg, False, "inclusive", False, 0, None)
+S._plan_scan((_arrays.Generated("constant", n, 2.0, np.float32),), (), False, cufold.maximum, None, None,
+             "single_pass", False, "inclusive", False, 0, None, as_transform_(abs))
+SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmented_reduce", transform=sq)
+SEG._plan_segmented((count,), offsets, cufold.maximum, -1, None, 0, None, "segmented_reduce")
+SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None, sq)
+SEG._plan_runs((i32,), (count,), cufold.minimum, None, 5000, 0, None)
+oi64m = arr(np.int64, 10**6)
+for alg in BK.ALGORITHMS:
+    BK._plan_program(cufold.minimum, i32, count, oi64m, alg, False, False, 0)
+    BK._plan_program(cufold.plus, i32, f32, out64, alg, False, True, 0, sq)
+BK._plan_program(cufold.minimum, i32, count32, arr(np.int32, 10**6), None, False, True, 0)
+BK._plan_program(cufold.plus, i32, _arrays.Generated("constant", n, 1.0, np.float64), out64, "warp", False,
+                 False, 0)
+BK._plan_program(cufold.plus, i32, f32, out64, None, True, True, 0, sq)        # grouped (radix), transformed
+print("%d transformed / generated family kernels compiled; all in %.1f s" % (len(compiled) - before,
+                                                                              time.time() - t0))
