@@ -162,6 +162,16 @@ def test_dot_out_and_errors(rng):
         cufold.dot(to_device(a), to_device(a[:-1]))
 
 
+@pytest.mark.parametrize("n", [N + 1, 129])
+def test_zipped_4_byte_fields_read_in_pairs(rng, n):
+    """Tuple inputs of 4-byte fields are read 8 bytes a load (odd lengths: the last item alone)."""
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    close(to_host(cufold.dot(to_device(a), to_device(b))), np.dot(a.astype(np.float64), b), rtol=1e-4)
+    i = rng.integers(-9, 9, n).astype(np.int32)
+    got = cufold.reduce(to_device((i, i, i)), transform=lambda t: t[0] * t[1] + t[2])
+    assert to_host(got)[()] == (i.astype(np.int64) ** 2 + i).sum()
+
+
 @pytest.mark.parametrize("ord", [2, 1, np.inf, -np.inf, 0, 3])
 def test_norm_vector(rng, ord):
     h = rng.standard_normal(N).astype(np.float32)

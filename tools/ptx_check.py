@@ -455,6 +455,7 @@ fused(D._SUM, _arrays.Generated("constant", n, 2.5, np.float32))
 fused(D._ARGMIN, (f32n, _arrays.Generated("counting", n, 3, np.int32)))
 fused(moments, f32n, transform=square)
 fused(F._dot_reduction(), (f32n, f32n), np.dtype(np.float32), transform=F._product(np.dtype(np.float32)))
+fused(D._SUM, (arr(np.int32, n), arr(np.int32, n), arr(np.uint32, n)), transform=lambda t: t[0] * t[1] + t[2])
 fused(F._dot_reduction(), (arr(np.int32, n), arr(np.int32, n)), np.dtype(np.int32),
       transform=F._product(np.dtype(np.int32)))
 for ord_ in (2.0, 1.0, np.inf, 0.0, 3.0):
