@@ -30,6 +30,7 @@ import functools
 import math
 
 import numpy as np
+from numba import config, cuda
 
 from ..host import arrays as _arrays, types as _types
 from ..ops import Op, logical_and, logical_or, maximum, minimum, plus
@@ -177,12 +178,15 @@ def _logsumexp_functions(acc, res):
     """(online (max, sum) operator, transform, post) for accumulator ``acc``, result ``res``."""
     t, r = acc.type, res.type
     zero, one, lowest = t(0), t(1), t(-np.inf)
+    # exp of a difference <= 0: float32 takes the hardware's ex2.approx (libdevice's
+    # fast_expf, a few ulp), so that the per-item exp hides under the loads.
+    exp = cuda.libdevice.fast_expf if acc == np.float32 and not config.ENABLE_CUDASIM else math.exp
 
     def online(a, b):
         # The larger maximum stays; the other sum is rescaled to it: one exp. Equal
         # maxima (infinities too) add unscaled; an empty side (-inf) adds nothing.
         hi, lo = (a, b) if a[0] >= b[0] else (b, a)
-        w = one if lo[0] == hi[0] else (zero if lo[0] == lowest else math.exp(lo[0] - hi[0]))
+        w = one if lo[0] == hi[0] else (zero if lo[0] == lowest else exp(lo[0] - hi[0]))
         return (hi[0], hi[1] + lo[1] * w)
 
     op = Op(online, identity=(lowest, zero), commutative=True, name="logsumexp")
