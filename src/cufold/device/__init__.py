@@ -13,8 +13,7 @@ from builtins import all as _all, any as _any   # the module's own all/any are r
 import numpy as np
 
 from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
-from ..ops import multiplies, plus, welford
-from ..ops import as_transform
+from ..ops import as_transform, multiplies, plus, welford
 from ..values import InputType, ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
 from . import axis as _axis
@@ -135,7 +134,8 @@ class _Reduction:
         prep = _prepare(self.op, self.options, arrs, is_tuple, dtype, transform, post)
         o = self.options(prep.item_vt.fields[0])
         lift, project, ddof = o.get("lift", "value"), o.get("project", "value"), o.get("ddof", 0)
-        b = _programs.Builder(like.device_id, h, alloc_stream)
+        stored = tuple(a for a in arrs + given if a.library != "generated")
+        b = _programs.Builder(stored[0].device_id if stored else like.device_id, h, alloc_stream)
         xs = tuple(b.input(a) for a in arrs)
         first = _arrays.first_stored(xs)
         ys = tuple(b.input(a) for a in given)
@@ -148,8 +148,8 @@ class _Reduction:
             route = _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project)
             if route is not None:
                 return reproducible.plan_reduction(b, arrs, xs, ys, route, out_vt, init, axis, keepdims)
-        if given:
-            _arrays.same_device(arrs + given, "x and out")
+        if given and stored:
+            _arrays.same_device(stored, "x and out")
         if like.ndim != 1 or axis is not None or keepdims or not _all(a.c_contiguous for a in arrs):
             axes = _axis.normalize_axis(axis, like.ndim)
             whole = len(axes) == like.ndim and not keepdims and _all(a.c_contiguous for a in arrs)
