@@ -358,3 +358,19 @@ def test_reduce_by_key_into_deterministic_transform_and_errors(rng):
     with pytest.raises(TypeError, match="same_kind"):
         cufold.reduce_by_key_into(to_device(keys), to_device(h), cuda.to_device(np.zeros(20, np.int64)),
                                   transform=square)
+
+
+def test_segmented_scans_with_transform_and_generated(rng):
+    h = rng.integers(-9, 9, N).astype(np.int32)
+    off = np.concatenate([[0, 0], np.sort(rng.integers(0, N, 7)), [N]]).astype(np.int64)
+    got = to_host(cufold.segmented_scan(to_device(h), to_device(off), transform=square))
+    ref = np.concatenate([np.cumsum(h[a:b].astype(np.int64) ** 2) for a, b in zip(off[:-1], off[1:])])
+    np.testing.assert_array_equal(got, ref)
+    got = to_host(cufold.segmented_scan(cufold.counting(N), to_device(off), exclusive=True))
+    ref = np.concatenate([np.concatenate([[0], np.cumsum(np.arange(a, b))[:-1]]) if b > a else []
+                          for a, b in zip(off[:-1], off[1:])])
+    np.testing.assert_array_equal(got, ref)
+    keys = np.sort(rng.integers(0, 9, N)).astype(np.int32)
+    got = to_host(cufold.inclusive_scan_by_key(to_device(keys), to_device(h), cufold.maximum, transform=abs))
+    ref = np.concatenate([np.maximum.accumulate(np.abs(h[keys == k])) for k in np.unique(keys)])
+    np.testing.assert_array_equal(got, ref)

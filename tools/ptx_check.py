@@ -501,5 +501,9 @@ BK._plan_program(cufold.minimum, i32, count32, arr(np.int32, 10**6), None, False
 BK._plan_program(cufold.plus, i32, _arrays.Generated("constant", n, 1.0, np.float64), out64, "warp", False,
                  False, 0)
 BK._plan_program(cufold.plus, i32, f32, out64, None, True, True, 0, sq)        # grouped (radix), transformed
+SS._plan((i32,), (offsets,), None, cufold.plus, False, None, None, 0, None, "segmented_scan", sq)
+SS._plan((count,), (offsets,), None, cufold.plus, True, None, None, 0, None, "segmented_scan")
+SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.maximum, False, None, None, 0, None, "scan_by_key",
+         as_transform_(abs))
 print("%d transformed / generated family kernels compiled; all in %.1f s" % (len(compiled) - before,
                                                                               time.time() - t0))
