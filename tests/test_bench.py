@@ -919,6 +919,12 @@ def test_fused_rows_of_cufold_through_numba():
     labels = {(c.id, x.label) for c in S.build_cases("fused", B.Env()) for x in c.candidates}
     for t in S.SUITES["fused"].targets:
         assert (t["case"], t["label"]) in labels and (t["case"], t["peer"]) in labels, t
+    from cufold.bench import fused as F
+    x = np.random.default_rng(3).random(1 << 12, dtype=np.float32) * 2 - 1
+    ctx = S.CheckCtx(None, x, None, x.size, "float32")
+    good = np.float32(x.astype(np.float64).sum())
+    assert F._check("sum")(good, ctx)[0]
+    assert not F._check("sum")(good - x[:64].sum(), ctx)[0]          # a lost tile of 64 items
 
 
 def test_per_call_loops_take_turns():
