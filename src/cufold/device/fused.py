@@ -66,7 +66,7 @@ def _dot_reduction():
     return _reductions()(plus, name="dot")
 
 
-def dot(x, y, *, dtype=None, out=None, stream=None, algorithm=None):
+def dot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
     """The dot product ``sum(x * y)`` in one pass (NumPy's ``dot`` of 1-D arrays; arrays
     of more dimensions, equally shaped, are taken whole, as ``numpy.vdot`` of real
     arrays). The result has NumPy's dtype (``numpy.result_type(x, y)``; bool: int64);
@@ -207,7 +207,7 @@ def _logsumexp_reduction(op):
     return _reductions()(op, name="logsumexp")
 
 
-def logsumexp(x, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):
+def logsumexp(x, axis=None, *, keepdims=False, out=None, stream=None, algorithm=None):
     """``log(sum(exp(x)))`` without overflow, in one pass (SciPy's ``logsumexp``,
     ``torch.logsumexp``): an online (max, sum) operator keeps the running maximum
     and the sum scaled to it. Float results keep ``x``'s dtype (float16 accumulates
@@ -234,7 +234,7 @@ def _nonzero(v):
 _COUNT = []
 
 
-def count_nonzero(x, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):
+def count_nonzero(x, axis=None, *, keepdims=False, out=None, stream=None, algorithm=None):
     """The number of non-zero items (int64), as ``numpy.count_nonzero``; NaN counts.
 
     Example: ``cufold.count_nonzero(x, axis=0)``
@@ -254,7 +254,7 @@ def _truth(op, name):
     return r
 
 
-def all(x, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):  # noqa: A001
+def all(x, axis=None, out=None, keepdims=False, *, stream=None, algorithm=None):  # noqa: A001
     """Whether every item is non-zero (bool), as ``numpy.all``; empty: True.
 
     Example: ``cufold.all(x > 0)``
@@ -263,7 +263,7 @@ def all(x, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):
                                        None)
 
 
-def any(x, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):  # noqa: A001
+def any(x, axis=None, out=None, keepdims=False, *, stream=None, algorithm=None):  # noqa: A001
     """Whether any item is non-zero (bool), as ``numpy.any``; empty: False.
 
     Example: ``cufold.any(x != x)   # any NaN``
