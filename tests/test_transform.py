@@ -263,6 +263,11 @@ def test_errors_name_the_function():
     with pytest.raises(TypeError, match="transform two"):
         cufold.reduce(d, cufold.Op(lambda a, b: a[0] + b[0]), transform=two)
 
+    with pytest.raises(ValueError, match="gpu_to_gpu"):           # not silently the untransformed sum
+        cufold.sum(d, transform=square, deterministic="gpu_to_gpu")
+    with pytest.raises(ValueError, match="gpu_to_gpu"):
+        cufold.segmented_reduce(d, to_device(np.array([0, 8])), transform=square, deterministic="gpu_to_gpu")
+
     def text(v):
         return "x"
 

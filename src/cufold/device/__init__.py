@@ -8,7 +8,7 @@ current stream (or ``stream=``), without synchronising the host.
 """
 
 import warnings
-from builtins import all as _all, any as _any   # the module's own all/any are reductions
+from builtins import all as _all, any as _any   # (cufold.all/any are reductions: see __getattr__)
 
 import numpy as np
 
@@ -192,7 +192,7 @@ def _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project):
     None where the ordinary one is already the same on any GPU (integer sums, min, max)."""
     if deterministic != "gpu_to_gpu":
         raise ValueError("cufold: deterministic must be True, False or 'gpu_to_gpu'; got %r" % (deterministic,))
-    floats = any(a.dtype.kind in "fc" for a in arrs)
+    floats = _any(a.dtype.kind in "fc" for a in arrs)
     if project == "count_mean":                 # cufold.mean (before plus: it reduces with plus)
         return "mean"
     if prep.op is plus and not is_tuple and arrs[0].dtype.kind == "f":
@@ -428,4 +428,13 @@ def mean_var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stre
                     transform=transform)
 
 
-from .fused import all, any, count_nonzero, dot, logsumexp, norm  # noqa: E402  (built on _Reduction)
+from .fused import count_nonzero, dot, logsumexp, norm  # noqa: E402  (built on _Reduction)
+
+
+def __getattr__(name):
+    """``all`` and ``any`` (device/fused.py) are not bound in this module, whose code
+    uses the builtins of those names."""
+    if name in ("all", "any"):
+        from . import fused
+        return getattr(fused, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
