@@ -484,11 +484,11 @@ print("%d fused kernels compiled; all in %.1f s" % (len(compiled) - before, time
 before = len(compiled)
 sq, count32 = as_transform_(square), _arrays.Generated("counting", n, 0, np.int32)
 for alg in S.ALGORITHMS:
-    S._plan_scan((i32,), (), False, cufold.plus, None, None, alg, True, "inclusive", True, 0, None, sq)
+    S._plan_scan((i32,), (), False, cufold.plus, None, None, alg, True, "inclusive", True, 0, None, transform=sq)
     S._plan_scan((count, ), (), False, cufold.plus, None, None, alg, False, "exclusive", False, 0, None)
     S._plan_scan((f32, count), (), True, cufold.argmax, None, None, alg, False, "inclusive", False, 0, None)
 S._plan_scan((_arrays.Generated("constant", n, 2.0, np.float32),), (), False, cufold.maximum, None, None,
-             "single_pass", False, "inclusive", False, 0, None, as_transform_(abs))
+             "single_pass", False, "inclusive", False, 0, None, transform=as_transform_(abs))
 SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmented_reduce", transform=sq)
 SEG._plan_segmented((count,), offsets, cufold.maximum, -1, None, 0, None, "segmented_reduce")
 SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None, sq)
