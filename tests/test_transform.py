@@ -379,3 +379,13 @@ def test_segmented_scans_with_transform_and_generated(rng):
     got = to_host(cufold.inclusive_scan_by_key(to_device(keys), to_device(h), cufold.maximum, transform=abs))
     ref = np.concatenate([np.maximum.accumulate(np.abs(h[keys == k])) for k in np.unique(keys)])
     np.testing.assert_array_equal(got, ref)
+
+
+def test_scan_transform_reversed_and_whole_only(rng):
+    h = rng.integers(-9, 9, N).astype(np.int32)
+    got = to_host(cufold.inclusive_scan(to_device(h), transform=square, reverse=True))
+    np.testing.assert_array_equal(got, np.cumsum((h.astype(np.int64) ** 2)[::-1])[::-1])
+    with pytest.raises(ValueError, match="whole contiguous"):
+        cufold.cumsum(to_device(h.reshape(-1, 8)), axis=1, transform=square)
+    with pytest.raises(ValueError, match="not reversed"):
+        cufold.cumsum(cufold.counting(10), reverse=True)

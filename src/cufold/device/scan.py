@@ -1387,7 +1387,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     transform = as_transform(transform)
     item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
     acc_vt, out_vt, identity = _types_for(op, item_vt, dtype, numpy_sum)
-    generated = in_vt is not ValueType.of(in_vt)
+    generated = getattr(in_vt, "sources", None) is not None
     if (transform is not None or generated) and (
             ax is not None or not all(a.ndim <= 1 or a.c_contiguous for a in arrs) or (reverse and generated)):
         raise ValueError("cufold: transform= and generated inputs scan whole contiguous arrays (axis=None%s) "
