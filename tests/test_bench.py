@@ -908,6 +908,25 @@ def test_segscan_rows_of_cufold_through_numba():
     assert not check(np.cumsum(x), c)[0]
 
 
+def test_fused_rows_of_cufold_through_numba():
+    """Every cufold candidate of the fused suite (dot, logsumexp, norm, sum with and without
+    a transform) runs and passes its check (2^10 elements); its targets name its labels."""
+    recs = _measure_cufold_once(lambda env: S.build_cases("fused", env), 10)
+    assert [r["label"] for r in recs] == ["cufold.dot", "cufold.logsumexp", "cufold.norm",
+                                          "cufold.sum(transform=v*v)", "cufold.sum (plain)"]
+    for rec in recs:
+        assert rec["status"] == "ok", rec
+    labels = {(c.id, x.label) for c in S.build_cases("fused", B.Env()) for x in c.candidates}
+    for t in S.SUITES["fused"].targets:
+        assert (t["case"], t["label"]) in labels and (t["case"], t["peer"]) in labels, t
+    from cufold.bench import fused as F
+    x = np.random.default_rng(3).random(1 << 12, dtype=np.float32) * 2 - 1
+    ctx = S.CheckCtx(None, x, None, x.size, "float32")
+    good = np.float32(x.astype(np.float64).sum())
+    assert F._check("sum")(good, ctx)[0]
+    assert not F._check("sum")(good - x[:64].sum(), ctx)[0]          # a lost tile of 64 items
+
+
 def test_per_call_loops_take_turns():
     """The wall-clock loops of a case's candidates alternate (A B A B ...), so a drift
     of the host's speed falls on all of them; a candidate that fails is left out."""

@@ -68,6 +68,14 @@ def _calls(rng):
         ("segmented_reduce gpu_to_gpu", 0, lambda: cufold.segmented_reduce(x, offsets, deterministic="gpu_to_gpu")),
         ("reproducible.finalise(sum_state)", 0,
          lambda: cufold.reproducible.finalise(cufold.reproducible.sum_state(x), np.float32)),
+        ("sum transform post", 0, lambda: cufold.sum(x, transform=abs, post=lambda s: s + 1)),
+        ("dot", 0, lambda: cufold.dot(x, x)),
+        ("norm axis=1", 0, lambda: cufold.norm(m, axis=1)),
+        ("logsumexp", 0, lambda: cufold.logsumexp(x)),
+        ("count_nonzero", 0, lambda: cufold.count_nonzero(xi)),
+        ("all", 0, lambda: cufold.all(xi)),
+        ("any axis=0", 0, lambda: cufold.any(m, axis=0)),
+        ("argmax counting", 0, lambda: cufold.argmax(cufold.counting(N), transform=lambda i: -(i - 7) ** 2)),
     ]
 
 
@@ -82,7 +90,7 @@ def test_every_public_function_is_listed():
         assert inspect.getdoc(getattr(cufold, n)), n
 
 
-@pytest.mark.parametrize("row", range(32))
+@pytest.mark.parametrize("row", range(43))
 def test_waits_for_the_device(row, rng, host_waits):
     name, expected, call = _calls(rng)[row]
     call()                      # plans (uploads of constants happen here, once)

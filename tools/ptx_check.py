@@ -273,7 +273,8 @@ for reduction, dt in CASES:
         if reduction is D._ARGMAX and len(axes) > 1 and len(axes) != len(shape):
             continue
         x = view(dt, shape, strides)
-        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None, None,
+                          None), x)
 moments = D._Reduction(cufold.welford, lambda dt: D._moment_options("mean_var", 0, None, dt), name="mean_var",
                        needs_items=True)
 means = D._Reduction(cufold.plus, lambda dt: D._moment_options("mean", 0, None, dt), name="mean", needs_items=True)
@@ -282,10 +283,11 @@ SOME = [lay for lay in LAYOUTS if lay[0] in ((1 << 16, 8), (1 << 16, 7), (256, 1
                                                (1 << 24, 4))]
 for shape, strides, axes in SOME:
     x = view(np.float32, shape, strides)
-    moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
-    means._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+    moments._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None, None, None), x)
+    means._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None, None, None), x)
     xi = view(np.int64, shape, strides)
-    ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None), xi, xi)
+    ordered._plan(((P.signature(xi),) * 2, 0, None, None, axes, False, None, True, True, (), False, None, None,
+                   None), xi, xi)
 axis_keys = [k[0] for k in compiled if isinstance(k[0], tuple) and str(k[0][0]).startswith("axis")]
 for key in sorted({(k[0], k[1].op.name, str(k[1].in_vt) + (" wide" if k[1].wide else "")) + tuple(k[2:])
                    for k in axis_keys}, key=str):
@@ -333,7 +335,8 @@ for reduction, shape, axes in [(D._SUM, (0,), None), (moments, (0,), None), (D._
                                (moments, (6, 0), (1,))]:
     x = view(np.float32, shape, (shape[-1], 1)[-len(shape):] if len(shape) > 1 else (1,))
     try:
-        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None), x)
+        reduction._plan(((P.signature(x),), 0, None, None, axes, False, None, True, False, (), False, None, None,
+                          None), x)
     except ValueError as e:                   # no identity: the error, no kernel
         print("  --   %s of %s: %s" % (reduction.name, shape, e))
 fills = sorted({str(k[0]) for k in compiled if isinstance(k[0], tuple) and k[0][0] == "fill"})
@@ -347,12 +350,12 @@ RP._resident_blocks = lambda *args: 132 * 3
 before = len(compiled)
 for dt in (np.float32, np.float64, np.float16):
     x = arr(dt, n)
-    D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+    D._SUM._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None, None, None), x)
 mean_r = D._Reduction(cufold.plus, lambda dt: D._moment_options("mean", 0, None, dt), name="mean",
                       needs_items=True)
 for dt in (np.float32, np.int32):
     x = arr(dt, n)
-    mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None), x)
+    mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None, None, None), x)
 for dt in (np.float32, np.float64):
     x = arr(dt, n)
     RP._state_plan((P.signature(x), 0, False, None, None, True), x)     # 8-byte loads (float32)
@@ -419,3 +422,88 @@ scan_keys = sorted({_scan_key(k[0]) for k in list(compiled)[before:]})
 for key in scan_keys:
     print("  ok   %s" % key[:150])
 print("%d axis-scan kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# Fused transforms (transform=, post=), generated inputs and the shortcuts built on them
+# (device/fused.py), whole (single_pass, 8-byte loads where they apply) and along axes
+# (rows and columns), and the projected fill of an empty reduction with a post-map.
+F = importlib.import_module("cufold.device.fused")
+as_transform_ = cufold.ops.as_transform
+before = len(compiled)
+
+
+def fused(reduction, xs, dtype=None, axis=None, transform=None, post=None, algorithm=None, keepdims=False):
+    xs = xs if isinstance(xs, tuple) else (xs,)
+    key = (tuple(P.signature(a) for a in xs), 0, None, dtype, axis, keepdims, algorithm, True, len(xs) > 1, (),
+           False, None, transform, post)
+    reduction._plan(key, *xs)
+
+
+def square(v):
+    return v * v
+
+
+f32n, f64n = arr(np.float32, n), arr(np.float64, n)
+rows, cols = view(np.float32, (4096, 1024), (1024, 1)), view(np.float32, (8192, 8192), (8192, 1))
+count = _arrays.Generated("counting", n, 0, np.int64)
+for alg in ("single_pass", "two_pass", "single_block"):
+    fused(D._SUM, f32n, transform=square, post=lambda s: s + 1, algorithm=alg)
+fused(D._SUM, f64n, transform=abs)
+fused(D._ARGMAX, f32n, transform=abs)
+fused(D._ARGMAX, count, transform=lambda i: -(i - 7) ** 2)
+fused(D._SUM, (f32n, count), transform=lambda t: t[0] * t[1])
+fused(D._SUM, _arrays.Generated("constant", n, 2.5, np.float32))
+fused(D._Reduction(cufold.argmin), (f32n, _arrays.Generated("counting", n, 3, np.int32)))
+fused(moments, f32n, transform=square)
+fused(F._dot_reduction(), (f32n, f32n), np.dtype(np.float32), transform=F._product(np.dtype(np.float32)))
+fused(D._SUM, (arr(np.int32, n), arr(np.int32, n), arr(np.uint32, n)), transform=lambda t: t[0] * t[1] + t[2])
+fused(F._dot_reduction(), (arr(np.int32, n), arr(np.int32, n)), np.dtype(np.int32),
+      transform=F._product(np.dtype(np.int32)))
+for ord_ in (2.0, 1.0, np.inf, 0.0, 3.0):
+    op, tf, post = F._norm_functions(ord_, np.dtype(np.float32), np.dtype(np.float32))
+    fused(F._norm_reduction(op, "norm"), f32n, np.dtype(np.float32), transform=tf, post=post)
+op, tf, post = F._norm_functions(2.0, np.dtype(np.float32), np.dtype(np.float16))
+fused(F._norm_reduction(op, "norm"), arr(np.float16, n), np.dtype(np.float32), transform=tf, post=post)
+for dt in (np.float32, np.float64):
+    op, lift, finish = F._logsumexp_functions(np.dtype(dt), np.dtype(dt))
+    fused(F._logsumexp_reduction(op), arr(dt, n), transform=lift, post=finish)
+    for x, ax in ((rows, (1,)), (cols, (0,))):
+        fused(F._logsumexp_reduction(op), view(dt, x.shape, x.strides), transform=lift, post=finish, axis=ax)
+fused(D._SUM, arr(np.float32, 0), transform=square, post=lambda s: s + 1)           # the projected fill
+op, tf, post = F._norm_functions(2.0, np.dtype(np.float32), np.dtype(np.float32))
+for x, ax in ((rows, (1,)), (cols, (0,))):
+    fused(F._norm_reduction(op, "norm"), x, np.dtype(np.float32), transform=tf, post=post, axis=ax)
+F.count_nonzero.__globals__["_COUNT"] or F._COUNT.append(D._Reduction(cufold.plus, name="count_nonzero"))
+fused(F._COUNT[0], f32n, np.dtype(np.int64), transform=F._nonzero)
+fused(F._COUNT[0], rows, np.dtype(np.int64), transform=F._nonzero, axis=(1,))
+fused(F._truth(cufold.logical_and, "all"), arr(np.int32, n), transform=F._nonzero)
+fused(F._truth(cufold.logical_or, "any"), cols, transform=F._nonzero, axis=(0,))
+print("%d fused kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
+
+# transform= and generated inputs in the other families: scans (every algorithm), segmented
+# reductions, reduce_by_key's runs, reduce_by_key_into's scalar paths (every algorithm).
+before = len(compiled)
+sq, count32 = as_transform_(square), _arrays.Generated("counting", n, 0, np.int32)
+for alg in S.ALGORITHMS:
+    S._plan_scan((i32,), (), False, cufold.plus, None, None, alg, True, "inclusive", True, 0, None, transform=sq)
+    S._plan_scan((count, ), (), False, cufold.plus, None, None, alg, False, "exclusive", False, 0, None)
+    S._plan_scan((f32, count), (), True, cufold.argmax, None, None, alg, False, "inclusive", False, 0, None)
+S._plan_scan((_arrays.Generated("constant", n, 2.0, np.float32),), (), False, cufold.maximum, None, None,
+             "single_pass", False, "inclusive", False, 0, None, transform=as_transform_(abs))
+SEG._plan_segmented((f32,), offsets, cufold.plus, None, None, 0, None, "segmented_reduce", transform=sq)
+SEG._plan_segmented((count,), offsets, cufold.maximum, -1, None, 0, None, "segmented_reduce")
+SEG._plan_runs((i32,), (f32,), cufold.plus, None, 5000, 0, None, sq)
+SEG._plan_runs((i32,), (count,), cufold.minimum, None, 5000, 0, None)
+oi64m = arr(np.int64, 10**6)
+for alg in BK.ALGORITHMS:
+    BK._plan_program(cufold.minimum, i32, count, oi64m, alg, False, False, 0)
+    BK._plan_program(cufold.plus, i32, f32, out64, alg, False, True, 0, sq)
+BK._plan_program(cufold.minimum, i32, count32, arr(np.int32, 10**6), None, False, True, 0)
+BK._plan_program(cufold.plus, i32, _arrays.Generated("constant", n, 1.0, np.float64), out64, "warp", False,
+                 False, 0)
+BK._plan_program(cufold.plus, i32, f32, out64, None, True, True, 0, sq)        # grouped (radix), transformed
+SS._plan((i32,), (offsets,), None, cufold.plus, False, None, None, 0, None, "segmented_scan", sq)
+SS._plan((count,), (offsets,), None, cufold.plus, True, None, None, 0, None, "segmented_scan")
+SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.maximum, False, None, None, 0, None, "scan_by_key",
+         as_transform_(abs))
+print("%d transformed / generated family kernels compiled; all in %.1f s" % (len(compiled) - before,
+                                                                              time.time() - t0))

@@ -323,3 +323,133 @@ BUILTINS = {op.name: op for op in (plus, multiplies, minimum, maximum, bit_and, 
                                    logical_and, logical_or, argmin, argmax, minmax, welford)}
 
 del math
+
+
+# --- unary functions: transforms of items, post-maps of results -----------------------
+
+class Transform(Op):
+    """A function of one value, fused into a kernel: ``transform=`` (applied to each
+    item before the operator; to the tuple of items of zipped inputs) or ``post=``
+    (applied to each result). Numba compiles it as it compiles operators; its
+    result type is what Numba's typing infers for the value type it is given.
+
+    Example::
+
+        sq = cufold.ops.as_transform(lambda v: v * v)
+        sq.result_type(cufold.ValueType.of(np.float32))      # float32
+    """
+
+    def __init__(self, fn, role="transform"):
+        if isinstance(fn, Op):
+            raise TypeError("cufold: %s= takes a function of one value, not an operator" % role)
+        if not callable(fn):
+            raise TypeError("cufold: %s= must be a function of one value, got %r" % (role, fn))
+        py = getattr(fn, "py_func", fn)
+        try:
+            inspect.signature(py).bind(0)
+        except TypeError:
+            raise TypeError("cufold: %s= must be a function of one value; %s is not"
+                            % (role, getattr(py, "__name__", "the function"))) from None
+        except ValueError:
+            pass
+        if not hasattr(py, "__code__"):
+            # A built-in or library function (abs, math.sqrt): called from Python source
+            # Numba can type and compile (it has no bytecode of its own).
+            fn = _codegen.build("def call_%s(v):\n    return fn(v)\n" % role, "call_" + role, {"fn": fn},
+                                device=False)
+        self.fn = fn
+        self._identity = None
+        self.commutative = False
+        self.name = getattr(py, "__name__", role)
+        self.kinds = None
+        self.atomic = None
+        self.fieldwise = False
+        self.role = role
+        self._combine = {}
+        self._checked = set()
+        self._types = {}
+        self._first_fingerprint = None
+        self.device_reduction = None
+
+    def __repr__(self):
+        return "cufold.Transform(%s, %s)" % (self.role, self.name)
+
+    def __call__(self, value):
+        return getattr(self.fn, "py_func", self.fn)(value)
+
+    def result_type(self, value_type):
+        """The :class:`ValueType` this function returns for a value of ``value_type``;
+        a TypeError naming the function where it does not compile for it."""
+        vt = ValueType.of(value_type)
+        got = self._types.get(vt)
+        if got is None:
+            got = self._types[vt] = _infer_result(self, vt)
+        return got
+
+    def device(self, value_type):
+        """Device function ``(value) -> result``, cast to :meth:`result_type`."""
+        vt = ValueType.of(value_type)
+        fn = self._combine.get(vt)
+        if fn is None:
+            out_vt = self.result_type(vt)
+            if not self._combine:
+                self._first_fingerprint = _fingerprint.fingerprint(self) or ""
+            fn = _codegen.build("def apply(v):\n    return cast(f(v))\n", "apply",
+                                {"f": _codegen.device(self.fn), "cast": out_vt.cast})
+            self._combine[vt] = fn
+        return fn
+
+
+def _infer_result(t, vt):
+    """Numba's type of ``t.fn`` applied to a value of ``vt``, as a ValueType (typing
+    only: Numba's CPU typing, which types arithmetic, ``math`` and NumPy scalars as
+    the CUDA target does, and needs no GPU)."""
+    from numba.core import compiler, registry, types as nbtypes
+    from numba.core.typed_passes import type_inference_stage
+    from numba.np.numpy_support import as_dtype
+    py = getattr(t.fn, "py_func", t.fn)
+    ctx = registry.cpu_target.typing_context
+    ctx.refresh()
+    try:
+        interp = compiler.run_frontend(py)
+        ret = type_inference_stage(ctx, registry.cpu_target.target_context, interp, (vt.numba_type,),
+                                   None).return_type
+    except Exception as exc:  # noqa: BLE001 - Numba's typing errors have many classes
+        first = str(exc).strip().splitlines()
+        raise TypeError("cufold: %s function %s does not compile for a value of type %s: %s"
+                        % (t.role, t.name, vt, first[0] if first else type(exc).__name__)) from None
+    if isinstance(ret, nbtypes.BaseTuple):
+        parts, is_tuple = list(ret), True
+    else:
+        parts, is_tuple = [ret], False
+    fields = []
+    for p in parts:
+        p = nbtypes.unliteral(p)
+        try:
+            fields.append(np.dtype(as_dtype(p)))
+        except Exception:  # noqa: BLE001
+            raise TypeError("cufold: %s function %s returns %s for a value of type %s; it must return "
+                            "numbers (or a tuple of them)" % (t.role, t.name, ret, vt)) from None
+    try:
+        return ValueType.of(tuple(fields) if is_tuple else fields[0])
+    except TypeError as exc:
+        raise TypeError("cufold: %s function %s returns %s for a value of type %s: %s"
+                        % (t.role, t.name, ret, vt, exc)) from None
+
+
+_transforms = {}
+
+
+def as_transform(fn, role="transform"):
+    """``fn`` as a :class:`Transform` (None stays None; a function is wrapped once
+    per role and cached, so kernels are cached by the function as operators are)."""
+    if fn is None or isinstance(fn, Transform):
+        return fn
+    key = (fn, role)
+    try:
+        got = _transforms.get(key)
+    except TypeError:
+        return Transform(fn, role)
+    if got is None:
+        got = _transforms[key] = Transform(fn, role)
+    return got

@@ -211,3 +211,46 @@ def _shuffle(vt, kind):
             back.append("(r%d != 0)" % i if f.name == "bool" else "T%d(r%d)" % (i, i))
     src = "def shuffle(mask, v, arg):\n%s\n    return %s\n" % ("\n".join(moved), vt._pack(back))
     return _codegen.build(src, "shuffle", env)
+
+
+class InputType(ValueType):
+    """The value type of an input some of whose fields are generated, not stored
+    (``cufold.counting``, ``cufold.constant``): ``sources[i]`` is ``"array"``,
+    ``"counting"`` or ``"constant"``. Its :attr:`load` reads array fields from their
+    arrays and computes the others from the index: a counting field's argument is its
+    start (item ``i`` is ``start + i``), a constant field's argument is the value."""
+
+    def __init__(self, fields, is_tuple, sources):
+        super().__init__(fields, is_tuple)
+        self.sources = tuple(sources)
+
+    @staticmethod
+    def of(spec, sources):
+        """``ValueType.of(spec)`` where every field is an array, else the interned InputType."""
+        vt = ValueType.of(spec)
+        if all(s == "array" for s in sources):
+            return vt
+        key = (vt.fields, vt.is_tuple, tuple(sources))
+        got = _interned_inputs.get(key)
+        if got is None:
+            got = _interned_inputs[key] = InputType(vt.fields, vt.is_tuple, sources)
+        return got
+
+    def __repr__(self):
+        return "%s[%s]" % (ValueType.__repr__(self), ",".join(self.sources))
+
+    def __reduce__(self):
+        return (InputType.of, (tuple(self.fields) if self.is_tuple else self.fields[0], self.sources))
+
+    @functools.cached_property
+    def load(self):
+        exprs = []
+        for i, s in enumerate(self.sources):
+            a = self._field("a", i)
+            exprs.append({"array": "%s[u]" % a, "counting": "T%d(%s + T%d(i))" % (i, a, i),
+                          "constant": "T%d(%s)" % (i, a)}[s])
+        return _codegen.build("def load(a, i):\n    u = np.uint64(i)\n    return %s\n" % self._pack(exprs),
+                              "load", self._env())
+
+
+_interned_inputs = {}

@@ -16,6 +16,7 @@ Suites (``python -m cufold bench list``):
 ``axes``       axis reductions over layouts (A, A.T, strided, permuted) vs torch/CuPy (:mod:`.axes`, its own driver)
 ``scan-axes``  cumsum along axes, the batched affine recurrence vs torch/Triton/JAX (:mod:`.scan_axes`, its own driver)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
+``fused``      dot, logsumexp, norm, sum(transform=) f32 vs torch/CuPy (:mod:`.fused`; 2^20, 2^24, 2^28)
 
 **Default run and --full.** A suite's default run takes under 4 minutes on an
 H100/H200: sizes 2^10, 2^14, 2^18, 2^20, 2^24, 2^28 (``hist`` 2^20 and 2^26,

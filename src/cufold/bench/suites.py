@@ -611,6 +611,7 @@ class Suite:
 from . import hist as _hist  # noqa: E402  (the hist and segmented suites live in bench/hist.py)
 from . import calls as _calls  # noqa: E402
 from . import segscan as _segscan  # noqa: E402
+from . import fused as _fused  # noqa: E402
 
 SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
@@ -631,6 +632,8 @@ SUITES = {
                        _hist.SEGMENTED_DOC, default_sizes="10,14,18,20,24", full_sizes="10:24"),
     "segscan": Suite("segscan", ("float32",), _segscan.segscan_cases, _segscan.SEGSCAN_TARGETS,
                      _segscan.SEGSCAN_DOC, default_sizes="20,22,24,26", full_sizes="16:26"),
+    "fused": Suite("fused", ("float32",), _fused.fused_cases, _fused.FUSED_TARGETS, _fused.FUSED_DOC,
+                   default_sizes=_fused.FUSED_SIZES, full_sizes="16:28"),
     "calls": Suite("calls", ("float32",), _calls.calls_cases, _calls.CALLS_TARGETS, _calls.CALLS_DOC,
                    default_sizes="10,12,14,16,18,20", full_sizes="10:20", settings=_calls.CALLS_SETTINGS),
 }

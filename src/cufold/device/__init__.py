@@ -8,12 +8,13 @@ current stream (or ``stream=``), without synchronising the host.
 """
 
 import warnings
+from builtins import all as _all, any as _any   # (cufold.all/any are reductions: see __getattr__)
 
 import numpy as np
 
 from ..ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, minmax as _minmax_op
-from ..ops import multiplies, plus, welford
-from ..values import ValueType
+from ..ops import as_transform, multiplies, plus, welford
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
 from . import axis as _axis
 from . import reduce as _reduce_mod
@@ -29,7 +30,8 @@ from . import bykey_tuple as _bykey_tuple  # noqa: F401  (tuple values; register
 __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
            "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
-           "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key"]
+           "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key",
+           "dot", "norm", "logsumexp", "count_nonzero", "all", "any"]
 
 
 def _flat(a):
@@ -44,19 +46,41 @@ def _vector(a):
 
 class _Prepared:
     """What a reduction needs that does not depend on the data: value types,
-    checked once per (operator, input dtypes, options)."""
+    checked once per (operator, input dtypes and sources, options, transform, post).
 
-    __slots__ = ("op", "in_vt", "acc_vt", "out_vt")
+    ``in_vt`` is what is loaded (an InputType where fields are generated), ``item_vt``
+    what the operator's lift sees (the transform's result), ``acc_vt`` the
+    accumulator, ``out_vt`` the result (the post-map's, where there is one) and
+    ``post`` None or ``(Transform, the result type before it)``."""
 
-    def __init__(self, op, in_dtypes, is_tuple, dtype, acc, result):
+    __slots__ = ("op", "in_vt", "item_vt", "acc_vt", "out_vt", "transform", "post")
+
+    def __init__(self, op, in_dtypes, sources, is_tuple, dtype, options, transform, post):
         self.op = op
-        self.in_vt = ValueType.of(in_dtypes if is_tuple else in_dtypes[0])
+        self.in_vt = InputType.of(in_dtypes if is_tuple else in_dtypes[0], sources)
+        self.transform = transform
+        self.item_vt = ValueType.of(self.in_vt) if transform is None else transform.result_type(self.in_vt)
+        item = self.item_vt
+        o = options(item.fields[0])
+        acc, result = o.get("acc"), o.get("result")
+        lift = o.get("lift", "value")
+        if lift != "value" and item.is_tuple:
+            raise TypeError("cufold: %s reduces single values; %s gives %s"
+                            % (op.name, "the transform %s" % transform.name if transform else "the input", item))
         if acc is None:
-            fields = _types.result_fields(op, self.in_vt, dtype)
-            self.acc_vt, self.out_vt = _types.value_types(fields)
+            fields = _types.result_fields(op, item, dtype)
+            self.acc_vt, mid_vt = _types.value_types(fields)
         else:
-            self.acc_vt, self.out_vt = ValueType.of(acc), ValueType.of(result)
-        op.check(self.acc_vt)
+            self.acc_vt, mid_vt = ValueType.of(acc), ValueType.of(result)
+        try:
+            op.check(self.acc_vt)
+        except TypeError as exc:
+            if transform is None:
+                raise
+            raise TypeError("%s (the items are what transform %s returns: %s)" % (exc, transform.name, item)) \
+                from None
+        self.post = None if post is None else (post, mid_vt)
+        self.out_vt = mid_vt if post is None else post.result_type(mid_vt)
 
 
 def _no_options(dtype):
@@ -85,44 +109,53 @@ class _Reduction:
         self.programs = _programs.Programs(self._plan, "cufold." + name, 1024)
 
     def __call__(self, x, init=None, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,
-                 axis=None, keepdims=False):
+                 axis=None, keepdims=False, transform=None, post=None):
         is_tuple = x.__class__ is tuple
         arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
         h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
         if out is None:
             return self.programs.run((tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm,
-                                      deterministic, is_tuple, (), stream is not None, _reduce_mod.tile_override()),
-                                     *arrs)
+                                      deterministic, is_tuple, (), stream is not None, _reduce_mod.tile_override(),
+                                      transform, post), *arrs)
         given = tuple(_arrays.describe(o, "out") for o in (out if out.__class__ is tuple else (out,)))
         self.programs.run((tuple(map(_signature, arrs)), h, init, dtype, axis, keepdims, algorithm, deterministic,
                            is_tuple, tuple(map(_signature, given)), stream is not None,
-                           _reduce_mod.tile_override()), *arrs, *given)
+                           _reduce_mod.tile_override(), transform, post), *arrs, *given)
         return out
 
     def _plan(self, key, *arrays):
         """The Program of call signature ``key`` (see :meth:`__call__`), for ``arrays``:
         the input(s), then out='s."""
-        sigs, h, init, dtype, axis, keepdims, algorithm, deterministic, is_tuple, out_sigs, given_stream, _ = key
+        (sigs, h, init, dtype, axis, keepdims, algorithm, deterministic, is_tuple, out_sigs, given_stream, _,
+         transform, post) = key
         arrs, given = arrays[:len(sigs)], arrays[len(sigs):]
         alloc_stream = h if given_stream else None
-        like = arrs[0]
-        o = self.options(like.dtype)
+        like = _arrays.first_stored(arrs)
+        prep = _prepare(self.op, self.options, arrs, is_tuple, dtype, transform, post)
+        o = self.options(prep.item_vt.fields[0])
         lift, project, ddof = o.get("lift", "value"), o.get("project", "value"), o.get("ddof", 0)
-        prep = _prepare(self.op, arrs, is_tuple, dtype, o.get("acc"), o.get("result"))
-        b = _programs.Builder(like.device_id, h, alloc_stream)
+        stored = tuple(a for a in arrs + given if a.library != "generated")
+        b = _programs.Builder(stored[0].device_id if stored else like.device_id, h, alloc_stream)
         xs = tuple(b.input(a) for a in arrs)
-        first = xs[0]
+        first = _arrays.first_stored(xs)
         ys = tuple(b.input(a) for a in given)
         out_vt = prep.out_vt
         if deterministic.__class__ is str:
+            if prep.transform is not None or prep.post is not None or like.library == "generated" or \
+                    _any(a.library == "generated" for a in arrs):
+                raise ValueError("cufold: deterministic='gpu_to_gpu' takes stored items, without transform= "
+                                 "or post= (yet)")
             route = _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project)
             if route is not None:
                 return reproducible.plan_reduction(b, arrs, xs, ys, route, out_vt, init, axis, keepdims)
-        if given:
-            _arrays.same_device(arrs + given, "x and out")
-        if like.ndim != 1 or axis is not None or keepdims or not all(a.c_contiguous for a in arrs):
+        if given and stored:
+            _arrays.same_device(stored, "x and out")
+        if like.ndim != 1 or axis is not None or keepdims or not _all(a.c_contiguous for a in arrs):
             axes = _axis.normalize_axis(axis, like.ndim)
-            whole = len(axes) == like.ndim and not keepdims and all(a.c_contiguous for a in arrs)
+            whole = len(axes) == like.ndim and not keepdims and _all(a.c_contiguous for a in arrs)
+            if not whole and _any(a.library == "generated" for a in arrs):
+                raise ValueError("cufold: generated inputs (counting, constant) reduce whole: axis=None, "
+                                 "keepdims=False")
             if lift == "index" and not whole and len(axes) != 1 and len(axes) != like.ndim:
                 raise ValueError("cufold: %s takes a single axis (or None)" % self.name)
             if not whole:
@@ -142,10 +175,14 @@ class _Reduction:
             if self.needs_items or value is None:
                 raise ValueError("cufold: zero-size array to reduction operation %s which has no identity"
                                  % (self.name if self.needs_items else prep.op.name))
-            _launch.fill(b, out_vt, outs, 1, value)
+            if prep.post is not None:     # the identity through the post-map
+                _reduce_mod.fill_projected(b, prep.acc_vt, out_vt, prep.post, outs, 1, value)
+            else:
+                _launch.fill(b, out_vt, outs, 1, value)
         else:
             p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, n, like.device_id, algorithm,
-                                 lift=lift, project=project, ddof=ddof, deterministic=deterministic)
+                                 lift=lift, project=project, ddof=ddof, deterministic=deterministic,
+                                 transform=prep.transform, post=prep.post)
             _reduce_mod.run(b, p, xs if is_tuple else xs[0], n, outs, init)
         return b.build(_results(out_vt, given))
 
@@ -155,7 +192,7 @@ def _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project):
     None where the ordinary one is already the same on any GPU (integer sums, min, max)."""
     if deterministic != "gpu_to_gpu":
         raise ValueError("cufold: deterministic must be True, False or 'gpu_to_gpu'; got %r" % (deterministic,))
-    floats = any(a.dtype.kind in "fc" for a in arrs)
+    floats = _any(a.dtype.kind in "fc" for a in arrs)
     if project == "count_mean":                 # cufold.mean (before plus: it reduces with plus)
         return "mean"
     if prep.op is plus and not is_tuple and arrs[0].dtype.kind == "f":
@@ -190,20 +227,22 @@ def _results(out_vt, given):
     return None
 
 
-_prepared = {}
+_prepared = _launch.BoundedCache(4096)
 
 
-def _prepare(op, arrs, is_tuple, dtype, acc, result):
+def _prepare(op, options, arrs, is_tuple, dtype, transform, post):
     in_dtypes = tuple(a.dtype for a in arrs)
-    key = (op, in_dtypes, is_tuple, dtype, acc, result)
+    sources = tuple("array" if a.library != "generated" else a.source for a in arrs)
+    key = (op, options, in_dtypes, sources, is_tuple, dtype, transform, post)
     prep = _prepared.get(key)
     if prep is None:
-        prep = _prepared[key] = _Prepared(as_op(op), in_dtypes, is_tuple, dtype, acc, result)
+        prep = _prepared.put(key, _Prepared(as_op(op), in_dtypes, sources, is_tuple, dtype, options,
+                                            as_transform(transform), as_transform(post, "post")))
     return prep
 
 
 def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=None, stream=None,
-           algorithm=None, deterministic=True):
+           algorithm=None, deterministic=True, transform=None, post=None):
     """Reduce a whole array with a binary operator.
 
     Parameters
@@ -224,6 +263,15 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
         ``"gpu_to_gpu"``: the same bits on any GPU, launch shape, order or split
         of the items (float sums: binned summation, see
         :mod:`cufold.device.reproducible`, with its error bound).
+    transform : a function of one item (of the tuple of items for tuple inputs),
+        applied to every item before ``op``, in the same kernel (nothing is
+        written in between). The items ``op`` combines, and so the accumulator's
+        dtype rules, are what Numba infers it returns.
+    post : a function of one result, applied to each result in the kernel
+        (CuPy's post-map: ``math.sqrt`` for a norm); the result's dtype is its own.
+
+    ``x`` (or a field of a tuple) may be a generated input, ``cufold.counting(n)``
+    or ``cufold.constant(n, value)``: no memory, the item is computed from its index.
 
     Returns a 0-d device array of ``x``'s library (a tuple for tuple values);
     the host is not synchronised.
@@ -235,11 +283,12 @@ def reduce(x, op=plus, init=None, *, axis=None, keepdims=False, dtype=None, out=
         array(9, dtype=int32)
         >>> cufold.reduce((x, x * 2), lambda a, b: (a[0] + b[0], max(a[1], b[1])))
         (array(45, dtype=int32), array(18, dtype=int32))
+        >>> cufold.reduce((x, y), transform=lambda v: v[0] * v[1])      # a dot product, fused
     """
     r = _by_op.get(op)
     if r is None:
         r = _by_op.put(op, _Reduction(op))
-    return r(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims)
+    return r(x, init, dtype, out, stream, algorithm, deterministic, axis, keepdims, transform, post)
 
 
 _by_op = _launch.BoundedCache(256)     # reductions by operator (users' too: bounded)
@@ -247,29 +296,34 @@ _SUM, _PROD = _Reduction(plus, name="sum"), _Reduction(multiplies, name="prod")
 _MIN, _MAX = _Reduction(minimum, name="min", needs_items=True), _Reduction(maximum, name="max", needs_items=True)
 
 
-def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):  # noqa: A001
-    """Sum of all elements (``numpy.sum``'s dtype rules). Example: ``cufold.sum(torch.ones(5, device='cuda'))``.
+def sum(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,  # noqa: A001
+        transform=None, post=None):
+    """Sum of all elements (``numpy.sum``'s dtype rules; ``transform``/``post`` as :func:`reduce`).
+    Example: ``cufold.sum(torch.ones(5, device='cuda'))``; ``cufold.sum(x, transform=lambda v: v * v)``.
 
     ``deterministic="gpu_to_gpu"``: the same bits on any GPU, launch shape, item order
     or split (binned summation of float16/32/64 items; whole contiguous arrays; error
     bound in :mod:`cufold.device.reproducible`): ``cufold.sum(x, deterministic="gpu_to_gpu")``.
     """
-    return _SUM(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims)
+    return _SUM(x, None, dtype, out, stream, algorithm, deterministic, axis, keepdims, transform, post)
 
 
-def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None):
+def prod(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, transform=None,
+         post=None):
     """Product of all elements (``numpy.prod``'s dtype rules). Example: ``cufold.prod(x)``."""
-    return _PROD(x, None, dtype, out, stream, algorithm, True, axis, keepdims)
+    return _PROD(x, None, dtype, out, stream, algorithm, True, axis, keepdims, transform, post)
 
 
-def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
+def min(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None, transform=None,  # noqa: A001
+        post=None):
     """Smallest element; NaN propagates; an empty array raises, as ``numpy.min``. Example: ``cufold.min(x)``."""
-    return _MIN(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MIN(x, None, None, out, stream, algorithm, True, axis, keepdims, transform, post)
 
 
-def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):  # noqa: A001
+def max(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None, transform=None,  # noqa: A001
+        post=None):
     """Largest element; NaN propagates; an empty array raises, as ``numpy.max``. Example: ``cufold.max(x)``."""
-    return _MAX(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MAX(x, None, None, out, stream, algorithm, True, axis, keepdims, transform, post)
 
 
 def _arg_options(dt):
@@ -280,30 +334,31 @@ _ARGMIN = _Reduction(_argmin_op, _arg_options, name="argmin", needs_items=True)
 _ARGMAX = _Reduction(_argmax_op, _arg_options, name="argmax", needs_items=True)
 
 
-def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False):
+def _arg(x, op, name, out, stream, algorithm, axis=None, keepdims=False, transform=None):
     return (_ARGMAX if op is _argmax_op else _ARGMIN)(x, None, None, out, stream, algorithm, True, axis,
-                                                      keepdims)
+                                                      keepdims, transform)
 
 
-def _argmin(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
+def _argmin(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None, transform=None):
     """Index of the first smallest element (the first NaN if any), as ``numpy.argmin``.
 
     Example: ``i = cufold.argmin(cupy.asarray([3, 1, 1]))  # -> 1``
     """
-    return _arg(x, _argmin_op, "argmin", out, stream, algorithm, axis, keepdims)
+    return _arg(x, _argmin_op, "argmin", out, stream, algorithm, axis, keepdims, transform)
 
 
-def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
+def _argmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None, transform=None):
     """Index of the first largest element (the first NaN if any), as ``numpy.argmax``.
 
-    Example: ``i = cufold.argmax(torch.tensor([1., 5., 5.], device='cuda'))  # -> 1``
+    Example: ``i = cufold.argmax(torch.tensor([1., 5., 5.], device='cuda'))  # -> 1``;
+    the index of the largest transformed item: ``cufold.argmax(x, transform=abs)``.
     """
-    return _arg(x, _argmax_op, "argmax", out, stream, algorithm, axis, keepdims)
+    return _arg(x, _argmax_op, "argmax", out, stream, algorithm, axis, keepdims, transform)
 
 
-def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None):
+def _minmax(x, *, axis=None, keepdims=False, out=None, stream=None, algorithm=None, transform=None):
     """``(min, max)`` in one pass. Example: ``lo, hi = cufold.minmax(x)``."""
-    return _MINMAX(x, None, None, out, stream, algorithm, True, axis, keepdims)
+    return _MINMAX(x, None, None, out, stream, algorithm, True, axis, keepdims, transform)
 
 
 def _minmax_options(dt):
@@ -336,33 +391,50 @@ def _moment_options(project, ddof, dtype, in_dtype):
 _moments_by = _launch.BoundedCache(256)
 
 
-def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims, deterministic=True):
+def _moments(x, project, ddof, out, stream, algorithm, dtype, name, axis, keepdims, deterministic=True,
+             transform=None):
     key = (project, ddof, dtype)
     r = _moments_by.get(key)
     if r is None:
         r = _moments_by.put(key, _Reduction(
             plus if project == "mean" else welford, lambda dt: _moment_options(project, ddof, dtype, dt),
             name=name, needs_items=True))
-    return r(x, None, None, out, stream, algorithm, deterministic, axis, keepdims)
+    return r(x, None, None, out, stream, algorithm, deterministic, axis, keepdims, transform)
 
 
-def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True):
+def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, algorithm=None, deterministic=True,
+         transform=None):
     """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``.
 
     ``deterministic="gpu_to_gpu"``: the binned sum (see :func:`sum`) divided by the count,
     the same bits on any GPU: ``cufold.mean(x, deterministic="gpu_to_gpu")``.
     """
-    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean", axis, keepdims, deterministic)
+    return _moments(x, "mean", 0, out, stream, algorithm, dtype, "mean", axis, keepdims, deterministic, transform)
 
 
-def var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+def var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None,
+        transform=None):
     """Variance in one pass (Welford/Chan), ``ddof`` as ``numpy.var``. Example: ``cufold.var(x, ddof=1)``."""
-    return _moments(x, "var", ddof, out, stream, algorithm, dtype, "var", axis, keepdims)
+    return _moments(x, "var", ddof, out, stream, algorithm, dtype, "var", axis, keepdims, transform=transform)
 
 
-def mean_var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None):
+def mean_var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stream=None, algorithm=None,
+             transform=None):
     """``(mean, var)`` in one pass (as ``torch.var_mean``, in the other order).
 
     Example: ``m, v = cufold.mean_var(x)``
     """
-    return _moments(x, "mean_var", ddof, out, stream, algorithm, dtype, "mean_var", axis, keepdims)
+    return _moments(x, "mean_var", ddof, out, stream, algorithm, dtype, "mean_var", axis, keepdims,
+                    transform=transform)
+
+
+from .fused import count_nonzero, dot, logsumexp, norm  # noqa: E402  (built on _Reduction)
+
+
+def __getattr__(name):
+    """``all`` and ``any`` (device/fused.py) are not bound in this module, whose code
+    uses the builtins of those names."""
+    if name in ("all", "any"):
+        from . import fused
+        return getattr(fused, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

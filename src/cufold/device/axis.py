@@ -467,7 +467,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
-    project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
+    project = _reduce_mod.project_of(spec)
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc = acc_vt.store
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
@@ -577,7 +577,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1):
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
-    project = _reduce_mod._project(spec.project, spec.ddof, spec.out_vt)
+    project = _reduce_mod.project_of(spec)
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc, load_acc = acc_vt.store, acc_vt.load
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
@@ -714,7 +714,10 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
             value = tuple(np.nan for _ in out_vt.fields) if out_vt.is_tuple else np.nan
         elif needs_items or value is None:
             raise ValueError("cufold: zero-size array to reduction operation %s which has no identity" % name)
-        _launch.fill(b, out_vt, outs, m_count, value)
+        if prep.post is not None and lift != "welford":     # the identity through the post-map
+            _reduce_mod.fill_projected(b, prep.acc_vt, out_vt, prep.post, outs, m_count, value)
+        else:
+            _launch.fill(b, out_vt, outs, m_count, value)
         return
     op = prep.op
     layout = plan_layout(shape, like.strides, axes, op.commutative, lift == "index")
@@ -726,7 +729,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         run = layout.red[0][1]    # (an index lift's run is unflipped: its item numbers are the indices)
         xs = tuple(_arrays.window(a, layout.origin, (k_count,), (run,)) for a in arrs)
         p = _reduce_mod.plan(op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, algorithm,
-                             lift=lift, project=project, ddof=ddof)
+                             lift=lift, project=project, ddof=ddof, transform=prep.transform, post=prep.post)
         _reduce_mod.run(b, p, xs if is_tuple else xs[0], k_count, outs, init)
         return
     flat = tuple(_arrays.window(a, lowest, (extent,), (1,)) for a in arrs)
@@ -738,7 +741,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     nd_outer = len(outer)
     outer = outer or ((1, 0, 0),)
     spec = _reduce_mod.Spec(op, prep.in_vt, prep.acc_vt, out_vt, lift, project, ddof,
-                            _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative)
+                            _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative,
+                            transform=prep.transform, post=prep.post)
     chunk = sched.chunk + (sched.chunk & 1)
     if (WIDE_LOADS and sched.kernel == "rows" and op.commutative and lift != "index" and not is_tuple
             and prep.in_vt.itemsize == 4 and prep.in_vt.fields[0].kind in "iuf" and stride == 1

@@ -129,8 +129,8 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block, warp
-from ..ops import Op, as_op, plus
-from ..values import ValueType
+from ..ops import Op, as_op, as_transform, plus
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from ..host import readback as _readback
 from . import radix
@@ -190,7 +190,11 @@ GPU_TILES = {None: (256, 4, 0), "runs2": (128, 2, 0), "adaptive": (128, 2, 0), "
 LANE_ITEMS = {"runs2": 2, "adaptive": 2}
 
 Tile = collections.namedtuple("Tile", "nt vt slots runs_max hint")
-Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order")
+Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order val_source "
+                              "transform", defaults=("array", None))
+# val_source: "array", or "counting" / "constant" for generated values (the kernels get the
+# start or the value where the array would go); transform: None or an ops.Transform of a
+# value, applied as it is loaded (fused; out accumulates what it returns).
 
 
 # --- sizes -------------------------------------------------------------------------------
@@ -326,18 +330,25 @@ def _record_out_of_range(status, epoch, i):
 
 
 @functools.lru_cache(maxsize=None)
-def _loader(key_dt, val_dt, out_dt, wide, full=False, hint="ca"):
+def _loader(key_dt, val_dt, out_dt, wide, full=False, hint="ca", val_source="array", transform=None):
     """Device function ``load(keys, values, n, m, i) -> (idx, value, ok, bad)``:
     ``idx`` the key as the index type (int32, int64 when ``wide``), -1 unless ``ok``
     (``i < n`` and the key in ``[0, m)``); ``bad``: ``i < n`` and the key out of range.
     ``full``: the caller knows ``i < n``. ``hint='cs'``: streaming loads (``cuda.ldcs``,
-    evict first), for integer and float arrays."""
+    evict first), for integer and float arrays. ``val_source`` and ``transform``: see
+    :data:`Spec`."""
     # One unsigned compare tests both ends (a negative key wraps to a huge one); 32 bits
     # when key and m fit (m < 2**31 unless wide).
     ct = np.uint32 if key_dt.itemsize <= 4 and not wide else np.uint64
     env = {"IT": np.int64 if wide else np.int32, "T": out_dt.type, "CT": ct}
     get_k = "cuda.ldcs(keys, u)" if hint == "cs" else "keys[u]"
     get_v = "cuda.ldcs(values, u)" if hint == "cs" and val_dt.kind in "iuf" else "values[u]"
+    if val_source != "array":     # generated: computed from the position
+        env["V"] = val_dt.type
+        get_v = "V(values + V(u))" if val_source == "counting" else "values"
+    if transform is not None:
+        env["tf"] = transform.device(InputType.of(val_dt, (val_source,)))
+        get_v = "tf(%s)" % get_v
     # cuda.ldcs casts the index to a signed intp and adds Numba's negative-index
     # wraparound unless the sign bit is known clear
     take = ["u = np.uint64(i) & np.uint64(0x7FFFFFFFFFFFFFFF)" if hint == "cs" else "u = np.uint64(i)",
@@ -731,7 +742,8 @@ def _runs2_body(spec, full):
                   "            update(out, bits, ka%d, va%d)" % (j, j),
                   "        if okb%d:" % j,
                   "            update(out, bits, kb%d, vb%d)" % (j, j)]
-    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
+    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint,
+                           spec.val_source, spec.transform),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK), "U32": np.uint32,
            "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec), "key_before": _key_before(spec.wide),
            "update": _updater(spec.op, spec.out_dt, spec.mode, spec.wide)}
@@ -847,7 +859,8 @@ def _span_body(spec, full):
     extra = {"block": ", tkeys, tvals, count", "table": ", tkeys, tvals"}.get(alg, "")
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first%s):" % extra]
     lines += _span_loads([("%d" % j, 32 * j) for j in range(vt)])
-    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint),
+    env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint,
+                           spec.val_source, spec.transform),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK)}
     if alg in ("runs", "table"):
         env["first_heads"], env["heads"] = _heads(spec.wide)
@@ -1052,7 +1065,7 @@ def sorted_kernel(spec, level0):
     maybe = _maybe(spec.op, out_dt)
     scan = block.exclusive_scan(_segment_op(spec.op, out_dt), (np.bool_, np.bool_, out_dt), nt)
     check_order = bool(spec.check_order and level0)
-    load = _loader(spec.key_dt, spec.val_dt, out_dt, True)
+    load = _loader(spec.key_dt, spec.val_dt, out_dt, True, val_source=spec.val_source, transform=spec.transform)
     if level0:
 
         @cuda.jit(device=True)
@@ -1172,8 +1185,10 @@ Plan = collections.namedtuple("Plan", "spec grid group")
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, check):
-    """Check the operator against the output dtype, choose and size the algorithm."""
+def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, check, val_source="array",
+         transform=None):
+    """Check the operator against the output dtype, choose and size the algorithm
+    (``val_source``, ``transform``: see :data:`Spec`)."""
     vt_out = ValueType.of(out_dt)
     op.check(vt_out)
     mode = _atomic_mode(op, out_dt)
@@ -1207,8 +1222,12 @@ def plan(op, key_dt, val_dt, out_dt, m, n, device_id, algorithm, deterministic, 
     wide = m > np.iinfo(np.int32).max
     if group:
         key_dt = radix.sort_key_dtype(m)
+    if group and val_source != "array":
+        raise ValueError("cufold: deterministic=True groups the values by key (a sort), which needs them "
+                         "stored; generated values (counting, constant) take integer outputs or "
+                         "algorithm='sorted' with grouped keys")
     spec = Spec(algorithm, op, key_dt, val_dt, out_dt, wide or algorithm == "sorted", mode,
-                tile_for(algorithm), bool(deterministic and check and not group))
+                tile_for(algorithm), bool(deterministic and check and not group), val_source, transform)
     if _smem_bytes(spec) > 48 << 10:
         raise ValueError("cufold: a %d-slot shared table of %s needs %d bytes of shared memory, more "
                          "than the 48 KiB a kernel may declare (CUFOLD_BYKEY_TILE)"
@@ -1344,14 +1363,22 @@ def _check_types(key_dt, val_dt, out_dt):
 
 def _plan_key(key, k, v, o, *epoch):
     """The Program of ``reduce_by_key_into`` call signature ``key`` (the arrays' checks first)."""
-    op, algorithm, deterministic, check, _, _, _, handle = key
+    op, algorithm, deterministic, check, _, _, _, handle = key[:8]
+    transform = as_transform(key[8] if len(key) > 8 else None)
     for a, name in ((o, "out"), (k, "keys"), (v, "values")):
         _check_1d(a, name)
     if k.size != v.size:
         raise ValueError("cufold: keys and values must be equally long; got %d and %d" % (k.size, v.size))
-    _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
-    _check_types(k.dtype, v.dtype, o.dtype)
-    return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle)
+    _arrays.same_device((o, k) + ((v,) if v.library != "generated" else ()), "reduce_by_key_into's arrays")
+    item_dt = v.dtype
+    if transform is not None:
+        item = transform.result_type(InputType.of(v.dtype, (getattr(v, "source", "array"),)))
+        if item.is_tuple:
+            raise TypeError("cufold: transform %s returns %s; reduce_by_key_into of one out array takes "
+                            "single values" % (transform.name, item))
+        item_dt = item.dtype
+    _check_types(k.dtype, item_dt, o.dtype)
+    return _plan_program(as_op(op), k, v, o, algorithm, bool(deterministic), bool(check), handle, transform)
 
 
 _bykey_programs = _programs.Programs(_plan_key, "cufold.reduce_by_key_into", 4096)
@@ -1370,7 +1397,7 @@ plan.cache_clear = _forget_plans
 
 
 def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, deterministic=False,
-                       check=True, stream=None):
+                       check=True, stream=None, transform=None):
     """For every ``i``: ``out[keys[i]] = op(out[keys[i]], values[i])``; returns ``out``.
 
     ``torch.Tensor.index_add_(0, keys, values)`` / ``scatter_reduce_`` and
@@ -1406,6 +1433,11 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         ``[0, len(out))`` (and ``ValueError`` for keys not grouped under
         ``algorithm='sorted', deterministic=True``).
         False: no synchronisation; bad keys are skipped. Never a write out of bounds.
+    transform : a function of one value applied to each as it is loaded, in the same
+        kernel (``out`` accumulates what it returns; single values and out only).
+        ``values`` may be a generated input: ``reduce_by_key_into(keys,
+        cufold.counting(len(keys)), first, cufold.minimum)`` finds each key's first
+        position.
 
     Example::
 
@@ -1430,6 +1462,9 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         (array([2., 4., 3.]), array([0., 0., 2.66666667]))
     """
     if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
+        if transform is not None:
+            raise TypeError("cufold: reduce_by_key_into takes transform= with single values and out (not "
+                            "tuples) for now")
         return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
     o = _arrays.describe(out, "out")
     k = _arrays.describe(keys, "keys")
@@ -1441,7 +1476,7 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         return out
     sig = _programs.signature
     # no stream-ordered allocation (the Program allocates nothing): the handle is enough
-    key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
+    key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform)
     if check:
         _bykey_programs.run(key, k, v, o, _status(o.device_id, handle, True)[1])
     else:
@@ -1464,12 +1499,13 @@ def _quiet_status(device_id, stream):
     return words.view(np.int64, (2,), 0), words.view(np.int64, (1,), 16)
 
 
-def _plan_program(op, keys, values, out, algorithm, deterministic, check, stream):
+def _plan_program(op, keys, values, out, algorithm, deterministic, check, stream, transform=None):
     """The Program of a ``reduce_by_key_into`` signature, called with ``(keys, values,
     out)`` and, when ``check``, the call's epoch (of ``_status``); then it synchronises
     and raises for the bad keys the call's kernels recorded."""
     m, device_id = out.size, out.device_id
-    p = plan(op, keys.dtype, values.dtype, out.dtype, m, keys.size, device_id, algorithm, deterministic, check)
+    p = plan(op, keys.dtype, values.dtype, out.dtype, m, keys.size, device_id, algorithm, deterministic, check,
+             getattr(values, "source", "array"), transform)
     st = _status(device_id, stream, False)[0] if check else None
     b = _programs.Builder(device_id, stream)
     ks, vs, os_ = b.input(keys), b.input(values), b.input(out)

@@ -48,6 +48,9 @@ from ..host.launch import Tile, fill
 PARTIALS_PER_THREAD = 8
 #: Read 4-byte inputs 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``: never).
 WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
+#: Tuple inputs of at most this many 4-byte fields read 8 bytes a load too (a dot product's
+#: ``(x, y)``); ``CUFOLD_WIDE_FIELDS=0``: never (for measuring).
+WIDE_FIELDS = int(os.environ.get("CUFOLD_WIDE_FIELDS", "4"))
 #: Cache hint of the 8-byte loads: "plain" (``ld.global``), or "cs", "cg", "ca" for
 #: ``cuda.ldcs`` (evict first), ``ldcg`` (L2 only), ``ldca`` (``CUFOLD_REDUCE_LOAD``, for study).
 WIDE_LOAD_HINT = os.environ.get("CUFOLD_REDUCE_LOAD", "plain")
@@ -168,18 +171,55 @@ PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _projec
 
 
 @functools.lru_cache(maxsize=None)
-def _project(kind, ddof, out_vt):
-    return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
-                          {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+def _project(kind, ddof, out_vt, post=None):
+    """Device function: accumulator value -> result; with ``post`` (``(Transform,
+    type before it)``), the projection cast to that type, then the post-map."""
+    if post is None:
+        return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
+                              {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+    fn, mid_vt = post
+    return _codegen.build("def project(v):\n    return cast(post(mid(f(v, ddof))))\n", "project",
+                          {"cast": out_vt.cast, "mid": mid_vt.cast, "post": fn.device(mid_vt),
+                           "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+
+
+def project_of(spec):
+    """The projection (and post-map) of a reduction's Spec."""
+    return _project(spec.project, spec.ddof, spec.out_vt, spec.post)
+
+
+@functools.lru_cache(maxsize=None)
+def fill_projected_kernel(acc_vt, out_vt, post):
+    """Kernel ``(outs, count, value)``: ``outs[:count] = post(value)`` (``value`` an
+    accumulator value, grid-stride): an empty reduction's results where a post-map applies."""
+    store, cast, project = out_vt.store, acc_vt.cast, _project("value", 0, out_vt, post)
+
+    def fill_projected(outs, count, value):
+        k = np.int64(cuda.grid(1))
+        while k < count:
+            store(outs, k, project(cast(value)))
+            k += cuda.gridsize(1)
+
+    return fill_projected
+
+
+def fill_projected(b, acc_vt, out_vt, post, outs, count, value):
+    """``launch.fill`` of accumulator value ``value`` through the projection and post-map
+    ``post`` (``Spec.post``): the results of empty reductions with a post-map."""
+    nt = min(256, 32 * -(-count // 32)) or 32
+    b.launch(fill_projected_kernel(acc_vt, out_vt, post), ("fill_projected", acc_vt, out_vt, post),
+             max(1, min(-(-count // nt), 1024)), nt, (outs, np.int64(count), acc_vt.make(value)))
 
 
 # --- the kernel factory --------------------------------------------------------------
 
 Spec = collections.namedtuple(
-    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint",
-    defaults=(False, "plain"))
+    "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint "
+    "transform post", defaults=(False, "plain", None, None))
 # wide: the input is read 8 bytes (two 4-byte items) per load, with cache hint ``hint``;
-# see _fold_tile_wide.
+# see _fold_tile_wide. transform: None or an ops.Transform of in_vt's items, applied to
+# each item as it is loaded (fused: the lift sees its result). post: None or
+# (ops.Transform, the result type before it), applied to each result (project_of).
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -191,6 +231,18 @@ Spec = collections.namedtuple(
 
 @functools.lru_cache(maxsize=None)
 def _protocol(spec):
+    start, update, finish = _protocol_items(spec._replace(transform=None, post=None, wide=False, hint="plain"))
+    if spec.transform is None:
+        return start, update, finish
+    # The transform applies to every item as the thread takes it in: fused, no pass of its own.
+    env = {"tf": spec.transform.device(spec.in_vt), "start0": start, "update0": update}
+    start = _codegen.build("def start(x, i):\n    return start0(tf(x), i)\n", "start", env)
+    update = _codegen.build("def update(s, x, i):\n    return update0(s, tf(x), i)\n", "update", env)
+    return start, update, finish
+
+
+@functools.lru_cache(maxsize=None)
+def _protocol_items(spec):
     acc_vt = spec.acc_vt
     if spec.lift == "welford":
         t = acc_vt.fields[0].type
@@ -266,7 +318,11 @@ def _fold_tile_wide(spec):
     4-byte items each, the lower first), ``n`` the number of pairs and ``base``
     a pair index; a tile is ``nt x vt`` items, ``vt / 2`` loads per thread.
     A float32 sum at 2^28 reads ~5% faster this way on an H100 (the loads,
-    not the arithmetic, set the pace; Numba issues no 16-byte loads)."""
+    not the arithmetic, set the pace; Numba issues no 16-byte loads).
+    Tuple inputs of 4-byte fields (zipped arrays: a dot product's ``(x, y)``)
+    read each field's pairs: ``pairs`` is then a tuple of word arrays."""
+    if spec.in_vt.is_tuple:
+        return _fold_tile_wide_fields(spec)
     nt, vt = spec.tile
     half = vt // 2
     start, update, _ = _protocol(spec)
@@ -319,10 +375,70 @@ def _fold_tile_wide(spec):
     return fold_tile
 
 
+def _fold_tile_wide_fields(spec):
+    """``_fold_tile_wide`` of a tuple input: every field read as 8-byte words, each
+    word split into its two items, the fields' lower items making the first value."""
+    nt, vt = spec.tile
+    half = vt // 2
+    arity = spec.in_vt.arity
+    start, update, _ = _protocol(spec)
+    env = {"start": start, "update": update}
+    for f, dt in enumerate(spec.in_vt.fields):
+        env["halves%d" % f] = _codegen.build(
+            "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
+            {"DT": dt.type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
+
+    def value(part, k):
+        return "(%s,)" % ", ".join("%s%d_%d" % (part, k, f) for f in range(arity))
+
+    def split(k, pad):
+        return [pad + "lo%d_%d, hi%d_%d = halves%d(p%d_%d)" % (k, f, k, f, f, k, f) for f in range(arity)]
+
+    lines = ["def fold_full(state, have, pairs, first):"]
+    lines += ["    p%d_%d = pairs[%d][first + %d]" % (k, f, f, k * nt) for k in range(half) for f in range(arity)]
+    for k in range(half):
+        lines += split(k, "    ")
+        i = "2 * (first + %d)" % (k * nt)
+        lines += ["    state = update(state, %s, %s) if have else start(%s, %s)" % (value("lo", 0), i, value("lo", 0), i)
+                  if k == 0 else "    state = update(state, %s, %s)" % (value("lo", k), i)]
+        lines += ["    state = update(state, %s, %s + 1)" % (value("hi", k), i)]
+    lines += ["    return state"]
+    fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
+    lines = ["def fold_part(state, have, pairs, first, n):", "    last = n - 1"]
+    lines += ["    p%d_%d = pairs[%d][min(first + %d, last)]" % (k, f, f, k * nt)
+              for k in range(half) for f in range(arity)]
+    for k in range(half):
+        i = "2 * (first + %d)" % (k * nt)
+        lines += ["    if first + %d < n:" % (k * nt)]
+        lines += split(k, "        ")
+        if k == 0:
+            lines += ["        state = update(state, %s, %s) if have else start(%s, %s)"
+                      % (value("lo", 0), i, value("lo", 0), i), "        have = True"]
+        else:
+            lines += ["        state = update(state, %s, %s)" % (value("lo", k), i)]
+        lines += ["        state = update(state, %s, %s + 1)" % (value("hi", k), i)]
+    lines += ["    return state, have"]
+    fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
+    nvp = nt * half
+
+    @cuda.jit(device=True)
+    def fold_tile(state, have, pairs, n, base, tid):
+        first = base + tid
+        if base + nvp <= n:
+            return fold_full(state, have, pairs, first), True
+        return fold_part(state, have, pairs, first, n)
+
+    return fold_tile
+
+
 @functools.lru_cache(maxsize=None)
-def _reads(wide):
+def _reads(wide, arity=0):
     """Device function ``(xs, n) -> (array, length)``: what ``_fold_tile`` reads,
-    the items themselves or (wide) the first ``n - n % 2`` of them as 8-byte pairs."""
+    the items themselves or (wide) the first ``n - n % 2`` of them as 8-byte pairs
+    (``arity`` > 0: a tuple input of that many fields, each viewed so)."""
+    if wide and arity:
+        words = ", ".join("xs[%d][:n - (n & 1)].view(np.uint64)" % f for f in range(arity))
+        return _codegen.build("def reads(xs, n):\n    return (%s,), n >> 1\n" % words, "reads")
     if wide:
         return _codegen.build("def reads(xs, n):\n    return xs[:n - (n & 1)].view(np.uint64), n >> 1\n",
                               "reads")
@@ -359,7 +475,7 @@ def reduce_kernel(spec):
     nv = nt * vt
     wide = spec.wide
     per_tile = nv // 2 if wide else nv   # what fold_tile reads per tile: pairs (wide) or items
-    reads = _reads(wide)
+    reads = _reads(wide, spec.in_vt.arity if spec.in_vt.is_tuple else 0)
     span = vt if spec.ordered else 1
     ordered = spec.ordered
     finish = spec.finish
@@ -371,7 +487,7 @@ def reduce_kernel(spec):
     fold_partials = _fold_range(spec.op, spec.acc_vt)
     store_acc, load_acc = spec.acc_vt.store, spec.acc_vt.load
     store_out = spec.out_vt.store
-    project = _project(spec.project, spec.ddof, spec.out_vt)
+    project = project_of(spec)
     is_atomic = finish in ("atomic_warp", "atomic_block")
     warp_reduce = None
     atomic = None
@@ -491,12 +607,15 @@ class Plan:
         self.wide = wide      # the same reduction reading 8 bytes a load, or None (see for_input)
 
     def for_input(self, xs):
-        """This plan, or its wide twin where ``xs`` (an Arr) allows 8-byte loads:
-        contiguous, 1-D, 8-byte aligned."""
+        """This plan, or its wide twin where ``xs`` (an Arr, or a tuple of them) allows
+        8-byte loads: contiguous, 1-D, 8-byte aligned."""
         w = self.wide
-        if w is not None and xs.__class__ is _arrays.Arr and not xs.ptr & 7 and xs.ndim == 1 and xs.c_contiguous:
-            return w
-        return self
+        if w is None:
+            return self
+        for a in (xs if xs.__class__ is tuple else (xs,)):
+            if a.__class__ is not _arrays.Arr or a.ptr & 7 or a.ndim != 1 or not a.c_contiguous:
+                return self
+        return w
 
 
 def tile_override():
@@ -505,15 +624,17 @@ def tile_override():
 
 
 def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
-         ddof=0, deterministic=True):
+         ddof=0, deterministic=True, transform=None, post=None):
     """Choose and validate the algorithm, and size the grid (cached per call
-    shape and per ``CUFOLD_TILE`` override, which tests change)."""
+    shape and per ``CUFOLD_TILE`` override, which tests change). ``transform`` and
+    ``post``: see :data:`Spec`."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
-                 tile_override())
+                 tile_override(), transform, post)
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile):
+def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile,
+          transform=None, post=None):
     if algorithm is None:
         algorithm = _dispatch.choose_reduce(n, tile_for(acc_vt, acc_vt))
     elif algorithm not in ALGORITHMS:
@@ -541,12 +662,13 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
               "atomic_block": "atomic_block"}[algorithm]
     if grid == 1 and finish in ("partials", "last_block"):
         finish = "final"
-    spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered)
+    spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered,
+                transform=transform, post=post)
     wide = None
     # Not for argmin/argmax: 8-byte loads made them 9% slower on an H200 (1% faster on an H100).
-    if (WIDE_LOADS and not ordered and not in_vt.is_tuple and in_vt.itemsize == 4 and tile.vt % 2 == 0
-            and lift != "index" and n >= nv and finish in ("final", "partials", "last_block")
-            and in_vt.fields[0].kind in "iuf"):
+    if (WIDE_LOADS and not ordered and all(f.itemsize == 4 and f.kind in "iuf" for f in in_vt.fields)
+            and (not in_vt.is_tuple or in_vt.arity <= WIDE_FIELDS) and getattr(in_vt, "sources", None) is None
+            and tile.vt % 2 == 0 and lift != "index" and n >= nv and finish in ("final", "partials", "last_block")):
         wide = Plan(spec._replace(wide=True, hint=WIDE_LOAD_HINT), grid, algorithm)
     return Plan(spec, grid, algorithm, wide)
 
@@ -609,7 +731,7 @@ def run(b, plan_, xs, n, outs, init):
     # Partials, then fold them again: once more for two_pass (one block), recursively for tiles.
     again = plan(spec.op, acc_vt, acc_vt, spec.out_vt, grid, b.device_id,
                  "single_block" if plan_.algorithm == "two_pass" else plan_.algorithm,
-                 project=spec.project, ddof=spec.ddof)
+                 project=spec.project, ddof=spec.ddof, post=spec.post)
     if again.grid > 1:
         # Fold into a second scratch area behind the first (tiles recursion).
         run(b, again, _copy_partials(b, acc_vt, partials, grid), grid, outs, init)

@@ -84,8 +84,8 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block
-from ..ops import as_op, maximum, minimum, multiplies, plus
-from ..values import ValueType
+from ..ops import as_op, as_transform, maximum, minimum, multiplies, plus
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs, types as _types
 from ..host.launch import Tile, fill
 from .reduce import tile_for as _reduce_tile_for
@@ -482,6 +482,9 @@ def _lane_io(vt, hints):
     plain accesses."""
     ld, st = ("ldcs", "stcs") if hints == "stream" else ("ldca", "stwb")
     hinted = [f.kind in "iuf" for f in vt.fields]
+    sources = getattr(vt, "sources", None)
+    if sources is not None:        # generated fields (values.InputType): no memory, no slice
+        return _generated_lane_io(vt, sources, ld, hinted)
     # Inlined: Numba returns no array from a device function that did not receive it.
     view = cuda.jit(device=True, inline="always")(_codegen.build(
         "def view(a, start):\n    return %s\n" % vt._pack(
@@ -493,6 +496,39 @@ def _lane_io(vt, hints):
              "    %s[k] = %s" % (vt._field("a", i), vt._field("v", i)) for i, h in enumerate(hinted)]
     store = _codegen.build("def store(a, k, v):\n%s\n" % "\n".join(lines), "store")
     return view, load, store
+
+
+def _generated_lane_io(vt, sources, ld, hinted):
+    """``_lane_io``'s view and load for an input with generated fields: a counting
+    field's view from ``start`` is its start moved on by ``start``, a constant's is
+    itself; stored fields are sliced and loaded as there. (Inputs are never stored to.)"""
+    views, loads = [], []
+    for i, src in enumerate(sources):
+        a = vt._field("a", i)
+        if src == "array":
+            views.append("%s[start:]" % a)
+            loads.append("cuda.%s(%s, k)" % (ld, a) if hinted[i] else "%s[k]" % a)
+        elif src == "counting":
+            views.append("T%d(%s + T%d(start))" % (i, a, i))
+            loads.append("T%d(%s + T%d(k))" % (i, a, i))
+        else:
+            views.append(a)
+            loads.append(a)
+    env = vt._env()
+    view = cuda.jit(device=True, inline="always")(_codegen.build(
+        "def view(a, start):\n    return %s\n" % vt._pack(views), "view", env, device=False))
+    load = _codegen.build("def load(a, k):\n    return %s\n" % vt._pack(loads), "load", env)
+    return view, load, None
+
+
+@functools.lru_cache(maxsize=None)
+def _to_acc(acc_vt, in_vt, transform):
+    """Device function: an input item as an accumulator value (through ``transform``,
+    an ops.Transform of ``in_vt``'s items, fused into the load, where one is given)."""
+    if transform is None:
+        return acc_vt.cast
+    return _codegen.build("def to_acc(v):\n    return cast(tf(v))\n", "to_acc",
+                          {"cast": acc_vt.cast, "tf": transform.device(in_vt)})
 
 
 # --- tile input and output ---------------------------------------------------------------
@@ -518,7 +554,7 @@ _TileIO = collections.namedtuple("_TileIO", "load_tile store_tile fold_valid own
 
 
 @functools.lru_cache(maxsize=None)
-def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain"):
+def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain", transform=None):
     """Device functions moving one tile through shared memory ``smem``, where
     it stays from load to store: registers hold at most a thread's ``VT``
     values at a time, and none across the look-back, so that many blocks fit
@@ -547,7 +583,7 @@ def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain"):
     period = _layout(vt)
     view_in, load_in, _ = _lane_io(in_vt, hints)
     view_out, _, store_out = _lane_io(out_vt, hints)
-    to_acc, to_out = acc_vt.cast, out_vt.cast
+    to_acc, to_out = _to_acc(acc_vt, in_vt, transform), out_vt.cast
     load, store = acc_vt.load, acc_vt.store
     combine = op.combine(acc_vt)
     local_items = _local_items(acc_vt, vt)
@@ -773,12 +809,14 @@ def _first(spec):
 
 # --- the kernel factory --------------------------------------------------------------------
 
-Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile kind carry variant")
+Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile kind carry variant transform",
+                              defaults=(None,))
 Spec.__doc__ = """What a scan kernel is compiled for. ``kind``: 'inclusive' or
 'exclusive'; ``carry``: 'single_pass' (look-back), 'downsweep' (spine of
 reduce_then_scan) or 'single_block' (running prefix); ``variant``: a
 :class:`Variant` (its ``states`` says the layout actually used: 'packed' only
-for a packable accumulator; fields that do not apply to ``carry`` are None)."""
+for a packable accumulator; fields that do not apply to ``carry`` are None);
+``transform``: None or an ops.Transform applied to each item as it is loaded."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -827,7 +865,7 @@ def _tile_scan(spec):
     op, acc_vt, out_vt = spec.op, spec.acc_vt, spec.out_vt
     nt, vt = spec.tile
     nv = nt * vt
-    io = _tile_io(op, spec.in_vt, acc_vt, out_vt, spec.tile, spec.variant.hints)
+    io = _tile_io(op, spec.in_vt, acc_vt, out_vt, spec.tile, spec.variant.hints, spec.transform)
     load_tile, store_tile, fold_valid, own_items = io
     inclusive = spec.kind == "inclusive"
     scan, scan_first, temp_items = _block_scans(spec.kind, op, acc_vt, nt, vt, _carry(spec))
@@ -946,7 +984,7 @@ def scan_kernel(spec):
 
 
 @functools.lru_cache(maxsize=None)
-def upsweep_kernel(op, in_vt, acc_vt, tile):
+def upsweep_kernel(op, in_vt, acc_vt, tile, transform=None):
     """Kernel ``(xs, n, partials)``: ``partials[t]`` = the reduction of tile ``t``.
 
     A commutative operator folds the striped (coalesced) items straight from
@@ -956,7 +994,7 @@ def upsweep_kernel(op, in_vt, acc_vt, tile):
     nv = nt * vt
     block_reduce = block.reduce(op, acc_vt, nt, partial=True)
     combine, store = op.combine(acc_vt), acc_vt.store
-    load_in, to_acc = in_vt.load, acc_vt.cast
+    load_in, to_acc = in_vt.load, _to_acc(acc_vt, in_vt, transform)
 
     if op.commutative:
         def upsweep_striped(xs, n, partials):
@@ -977,7 +1015,7 @@ def upsweep_kernel(op, in_vt, acc_vt, tile):
 
         return upsweep_striped
 
-    io = _tile_io(op, in_vt, acc_vt, acc_vt, tile)
+    io = _tile_io(op, in_vt, acc_vt, acc_vt, tile, transform=transform)
     load_tile, fold_valid = io.load_tile, io.fold_valid
     tile_storage = block.temp_storage(acc_vt, _tile_slots(tile))
 
@@ -1013,9 +1051,10 @@ def _check_algorithm(algorithm):
                          % (algorithm, ", ".join(ALGORITHMS)))
 
 
-def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
+def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None, transform=None):
     """Choose and validate the algorithm and size the launches (``n >= 1``);
-    ``var``: a :class:`Variant` (default: :func:`variant` of the environment)."""
+    ``var``: a :class:`Variant` (default: :func:`variant` of the environment);
+    ``transform``: see :data:`Spec`."""
     _check_algorithm(algorithm)
     if algorithm is None:
         algorithm = choose(op, in_vt, acc_vt, n)
@@ -1035,21 +1074,21 @@ def plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm=None, var=None):
         spine_alg = ("single_block" if tiles <= SPINE_BLOCK_TILES * spine_tile.nt * spine_tile.vt
                      else "reduce_then_scan")
         spine = plan(op, acc_vt, acc_vt, acc_vt, tiles, "inclusive", spine_alg, var)
-    spec = Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry, var)
+    spec = Spec(op, in_vt, acc_vt, out_vt, tile, kind, carry, var, transform)
     return Plan(spec, tiles, algorithm, spine, _scratch_bytes(spec, tiles, algorithm, spine))
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, forced_tile, var, thresholds):
-    return plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, var)
+def _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, forced_tile, var, thresholds, transform=None):
+    return plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm, var, transform)
 
 
-def _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm):
+def _plan_for(op, in_vt, acc_vt, out_vt, n, kind, algorithm, transform=None):
     """``plan()``, cached per call shape (and per tile override, variant and
     thresholds, which tests and tools/tune_scan.py change)."""
     return _cached_plan(op, in_vt, acc_vt, out_vt, n, kind, algorithm,
                         os.environ.get("CUFOLD_TILE"), variant(),
-                        (SINGLE_BLOCK_TILES, SPINE_BLOCK_TILES))
+                        (SINGLE_BLOCK_TILES, SPINE_BLOCK_TILES), transform)
 
 
 def _align(nbytes):
@@ -1202,8 +1241,8 @@ def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
         return
     # reduce_then_scan: upsweep, spine (inclusive, in place), downsweep.
     spine, offset = _carve(ws, offset, acc_vt, p.tiles)
-    b.launch(upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile),
-             ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile), p.tiles, nt, (xs, n, spine))
+    b.launch(upsweep_kernel(spec.op, spec.in_vt, acc_vt, spec.tile, spec.transform),
+             ("scan_upsweep", spec.op, spec.in_vt, acc_vt, spec.tile, spec.transform), p.tiles, nt, (xs, n, spine))
     _add_launches(b, p.spine, spine, spine, p.tiles, init, False, None, ws, offset)
     b.launch(scan_kernel(spec), key, p.tiles, nt,
              (xs, outs, n, p.tiles, counter, states, counter, spine, init, has_init, totals, want_total))
@@ -1275,7 +1314,7 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 
 
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False, axis=None,
-          reverse=False):
+          reverse=False, transform=None):
     """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
     is_tuple = x.__class__ is tuple
     arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
@@ -1287,7 +1326,7 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
     got = _programs_of_scans.run(
         (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple,
          tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
-         knob("CUFOLD_SCAN_VARIANT"), axis, bool(reverse)), *arrs, *given)
+         knob("CUFOLD_SCAN_VARIANT"), axis, bool(reverse), transform), *arrs, *given)
     if out is None:
         return got
     return (out, got) if total else out
@@ -1299,7 +1338,8 @@ def _plan_key(key, *arrays):
     sigs, h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple, _, given_stream = key[:12]
     axis, reverse = key[14:16]
     return _plan_scan(arrays[:len(sigs)], arrays[len(sigs):], is_tuple, op, init, dtype, algorithm, total, kind,
-                      numpy_sum, h, h if given_stream else None, axis, reverse)
+                      numpy_sum, h, h if given_stream else None, axis, reverse,
+                      key[16] if len(key) > 16 else None)
 
 
 def _scan_axis(axis, ndim):
@@ -1334,7 +1374,7 @@ def _fields(arrs):
 
 
 def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream,
-               axis=None, reverse=False):
+               axis=None, reverse=False, transform=None):
     """The Program of a scan (see :func:`_scan`): checks, types, outputs, the plan's launches.
     ``axis``/``reverse``: see :mod:`.scan_axis` (which kernel runs for which layout)."""
     from . import scan_axis as _sa
@@ -1342,8 +1382,16 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     _check_algorithm(algorithm)
     shape = arrs[0].shape
     ax = _scan_axis(axis, len(shape))
-    in_vt = ValueType.of(tuple(a.dtype for a in arrs) if is_tuple else arrs[0].dtype)
-    acc_vt, out_vt, identity = _types_for(op, in_vt, dtype, numpy_sum)
+    in_vt = InputType.of(tuple(a.dtype for a in arrs) if is_tuple else arrs[0].dtype,
+                         tuple(getattr(a, "source", "array") for a in arrs))
+    transform = as_transform(transform)
+    item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
+    acc_vt, out_vt, identity = _types_for(op, item_vt, dtype, numpy_sum)
+    generated = getattr(in_vt, "sources", None) is not None
+    if (transform is not None or generated) and (
+            ax is not None or not all(a.ndim <= 1 or a.c_contiguous for a in arrs) or (reverse and generated)):
+        raise ValueError("cufold: transform= and generated inputs scan whole contiguous arrays (axis=None%s) "
+                         "for now" % (", not reversed" if generated else ""))
     has_init = False
     if kind == "exclusive":
         if init is None:
@@ -1364,13 +1412,14 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     if total and n == 0 and identity is None:
         raise ValueError("cufold: the total of an empty input needs an operator with an "
                          "identity; %s has none" % op.name)
-    b = _programs.Builder(arrs[0].device_id, h, alloc_stream)
+    b = _programs.Builder(_arrays.first_stored(arrs).device_id, h, alloc_stream)
     xs = tuple(b.input(a) for a in arrs)
     ys = tuple(b.input(a) for a in given)
-    outs = _scan_outputs(b, xs[0], out_vt, ys, (n,) if ax is None else shape)
+    like = _arrays.first_stored(xs)
+    outs = _scan_outputs(b, like, out_vt, ys, (n,) if ax is None else shape)
     totals = None
     if total:
-        vecs = tuple(_arrays.window(b.output(xs[0], (), f), 0, (1,), (1,)) for f in out_vt.fields)
+        vecs = tuple(_arrays.window(b.output(like, (), f), 0, (1,), (1,)) for f in out_vt.fields)
         totals = vecs if out_vt.is_tuple else vecs[0]
     src, src_vt = (xs if is_tuple else xs[0]), in_vt
     if n == 0:
@@ -1383,7 +1432,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
         src, dst = _flat(src), outs
         if reverse:
             src, dst = _reversed(src), _reversed(dst)
-        p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm)
+        p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm, transform if src_vt is in_vt else None)
         add_launches(b, p, src, dst, n, init_value, has_init, totals)
     else:
         lay = None
@@ -1431,7 +1480,7 @@ _programs_of_scans = _programs.Programs(_plan_key, "cufold.scan", 4096)   # user
 
 
 def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None, stream=None, algorithm=None,
-                   total=False):
+                   total=False, transform=None):
     """Inclusive scan: ``out[i] = x[0] op x[1] op ... op x[i]``.
 
     Parameters
@@ -1461,6 +1510,11 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         choose their kernel by shape.
     total : also return the reduction of all of ``x`` (0-d device array(s)),
         from the same pass (scans of the whole array only).
+    transform : a function of one item (of the tuple of items for tuple inputs)
+        applied to each item as it is loaded, in the same kernel; the scan
+        combines (and its dtype rules see) what it returns. ``x`` may also be or
+        hold generated inputs (``cufold.counting``, ``cufold.constant``). Both for
+        whole contiguous arrays (``axis=None``) for now.
 
     Returns the scanned array(s) in ``x``'s library, or ``(scanned, total)``;
     the host is not synchronised.
@@ -1481,11 +1535,11 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
                [1.  , 1.5 , 1.75]])
     """
     return _scan(x, op, None, dtype, out, stream, algorithm, total, "inclusive", "inclusive_scan",
-                 axis=axis, reverse=reverse)
+                 axis=axis, reverse=reverse, transform=transform)
 
 
 def exclusive_scan(x, op=plus, init=None, *, axis=None, reverse=False, dtype=None, out=None, stream=None,
-                   algorithm=None, total=False):
+                   algorithm=None, total=False, transform=None):
     """Exclusive scan: ``out[0] = init``, ``out[i] = init op x[0] op ... op x[i-1]``
     (along every line of ``axis``, each starting at ``init``; with ``reverse``,
     ``out[-1] = init``, ``out[i] = init op x[-1] op ... op x[i+1]``).
@@ -1507,10 +1561,10 @@ def exclusive_scan(x, op=plus, init=None, *, axis=None, reverse=False, dtype=Non
         tensor([[20, 13,  9,  9,  0]], device='cuda:0')
     """
     return _scan(x, op, init, dtype, out, stream, algorithm, total, "exclusive", "exclusive_scan",
-                 axis=axis, reverse=reverse)
+                 axis=axis, reverse=reverse, transform=transform)
 
 
-def cumsum(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+def cumsum(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None, transform=None):
     """``numpy.cumsum(x, axis)``: small integers and bool sum as int64 (unsigned:
     uint64), float16 accumulates in float32 and stores float16. ``axis=None``
     scans the whole array in C order (a 1-D result), as NumPy; ``reverse``: from
@@ -1520,19 +1574,19 @@ def cumsum(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, al
     ``cufold.cumsum(torch.ones(3, 4, device="cuda"), axis=0)  # rows 1, 2, 3``
     """
     return _scan(x, plus, None, dtype, out, stream, algorithm, False, "inclusive", "cumsum",
-                 numpy_sum=True, axis=axis, reverse=reverse)
+                 numpy_sum=True, axis=axis, reverse=reverse, transform=transform)
 
 
-def cumprod(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+def cumprod(x, dtype=None, out=None, stream=None, *, axis=None, reverse=False, algorithm=None, transform=None):
     """``numpy.cumprod(x, axis)`` (the dtypes and axes of :func:`cumsum`).
 
     Example: ``cufold.cumprod(torch.tensor([1., 2., 3.], device='cuda'))  # [1, 2, 6]``
     """
     return _scan(x, multiplies, None, dtype, out, stream, algorithm, False, "inclusive", "cumprod",
-                 numpy_sum=True, axis=axis, reverse=reverse)
+                 numpy_sum=True, axis=axis, reverse=reverse, transform=transform)
 
 
-def cummax(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+def cummax(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None, transform=None):
     """``numpy.maximum.accumulate``: the running maximum, same dtype, NaN propagates.
     ``axis=None`` (the default) scans the whole array in C order, as the other
     scans (``numpy.maximum.accumulate``'s own default is axis 0: pass ``axis=0``).
@@ -1540,14 +1594,14 @@ def cummax(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None
     Example: ``cufold.cummax(cupy.asarray([3, 1, 4, 1, 5]))  # [3 3 4 4 5]``
     """
     return _scan(x, maximum, None, None, out, stream, algorithm, False, "inclusive", "cummax",
-                 axis=axis, reverse=reverse)
+                 axis=axis, reverse=reverse, transform=transform)
 
 
-def cummin(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None):
+def cummin(x, out=None, stream=None, *, axis=None, reverse=False, algorithm=None, transform=None):
     """``numpy.minimum.accumulate``: the running minimum, same dtype, NaN propagates
     (axes as :func:`cummax`).
 
     Example: ``cufold.cummin(cupy.asarray([3, 1, 4, 1, 5]))  # [3 1 1 1 1]``
     """
     return _scan(x, minimum, None, None, out, stream, algorithm, False, "inclusive", "cummin",
-                 axis=axis, reverse=reverse)
+                 axis=axis, reverse=reverse, transform=transform)

@@ -64,12 +64,12 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block
-from ..ops import as_op, plus
-from ..values import ValueType
+from ..ops import as_op, as_transform, plus
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs, types as _types
 from ..host.launch import Tile
 from ..host import readback as _readback
-from .scan import _fetch, _publish, _storage_vt, draw, look_back_state  # the scan's look-back pieces
+from .scan import _fetch, _publish, _storage_vt, _to_acc, draw, look_back_state  # the scan's look-back pieces
 
 __all__ = ["segmented_reduce", "reduce_by_key", "tile_for"]
 
@@ -287,7 +287,7 @@ def _look_back(op, vt):
 
 
 @functools.lru_cache(maxsize=None)
-def _tile_loader(in_vt, acc_vt, nt, vt):
+def _tile_loader(in_vt, acc_vt, nt, vt, transform=None):
     """``load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa)``:
     the tile's ``nvt`` values (as accumulators) into ``sv`` and its ``nrows + 1``
     segment ends (relative to ``j0``, clamped to ``[0, NV + 1]``) into ``sa``,
@@ -314,13 +314,14 @@ def _tile_loader(in_vt, acc_vt, nt, vt):
     for k in range(vt + 1):
         lines += ["    if %d + tid < count:" % (k * nt),
                   "        sa[%d + tid] = min(max(e%d, np.int64(0)), np.int64(BIG))" % (k * nt, k)]
-    env = {"load_in": in_vt.load, "to_acc": acc_vt.cast, "store": acc_vt.store,
+    env = {"load_in": in_vt.load, "to_acc": _to_acc(acc_vt, in_vt, transform), "store": acc_vt.store,
            "seg_end": _segment_end, "BIG": big}
     return _codegen.build("\n".join(lines) + "\n", "load_tile", env)
 
 
-Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile")
-Spec.__doc__ = "What a segments kernel is compiled for."
+Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt tile transform", defaults=(None,))
+Spec.__doc__ = ("What a segments kernel is compiled for (``transform``: None or an ops.Transform "
+                "applied to each value as it is loaded).")
 
 
 @functools.lru_cache(maxsize=None)
@@ -346,7 +347,7 @@ def segments_kernel(spec):
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _block_seg_scan(op, acc_vt, nt)
     look_back = _look_back(op, acc_vt)
-    load_tile = _tile_loader(in_vt, acc_vt, nt, vt)
+    load_tile = _tile_loader(in_vt, acc_vt, nt, vt, spec.transform)
     big = nv + 1                                # also the row-end array's size (a constant)
 
     @cuda.jit(device=True)
@@ -511,7 +512,14 @@ def _describe_values(x, name):
 
 
 def _value_type(arrs):
-    return ValueType.of(tuple(a.dtype for a in arrs) if len(arrs) > 1 else arrs[0].dtype)
+    """The arrays' value type (an InputType where some are generated: counting, constant)."""
+    return InputType.of(tuple(a.dtype for a in arrs) if len(arrs) > 1 else arrs[0].dtype,
+                        tuple(getattr(a, "source", "array") for a in arrs))
+
+
+def _item_type(in_vt, transform):
+    """What the operator combines: the values, or what ``transform`` returns for them."""
+    return ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
 
 
 def _result_types(op, in_vt, dtype):
@@ -556,20 +564,21 @@ def _run_segments(b, spec, xs, off, nvals, m, outs, init_value, has_init):
               np.int64(tiles), st.counter, st.flags[0], aggs, pres))
 
 
-def _plan_segmented(arrs, off, op, init, dtype, handle, alloc_stream, name, never_empty=False):
+def _plan_segmented(arrs, off, op, init, dtype, handle, alloc_stream, name, never_empty=False, transform=None):
     """The Program of a segmented reduction of ``arrs`` (the value fields) over CSR
     offsets ``off``, called with the value arrays and the offsets."""
     in_vt = _value_type(arrs)
-    acc_vt, out_vt = _result_types(op, in_vt, dtype)
+    acc_vt, out_vt = _result_types(op, _item_type(in_vt, transform), dtype)
     op.check(acc_vt)
     init_value, has_init = _start_value(op, acc_vt, init, name, never_empty)
     b = _programs.Builder(off.device_id, handle, alloc_stream)
     xs = [b.input(a) for a in arrs]
     o = b.input(off)
     m = off.size - 1
-    outs = [b.output(xs[0], (m,), f) for f in out_vt.fields]
+    home = xs[0] if xs[0].library != "generated" else o
+    outs = [b.output(home, (m,), f) for f in out_vt.fields]
     if m > 0:
-        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, arrs[0].size + m))
+        spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, arrs[0].size + m), transform)
         _run_segments(b, spec, _pack(in_vt, xs), o, arrs[0].size, m, _pack(out_vt, outs), init_value,
                       has_init)
     return b.build(lambda got: tuple(got) if out_vt.is_tuple else got[0])
@@ -589,7 +598,8 @@ def _check_offsets(off):
         raise TypeError("cufold: offsets must have an integer dtype, not %s" % off.dtype)
 
 
-def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None, deterministic=True):
+def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=None, deterministic=True,
+                     transform=None):
     """Reduce every segment ``values[offsets[i]:offsets[i+1]]`` of a CSR layout.
 
     Parameters
@@ -613,6 +623,9 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
         (float sums, ``op=plus``, no ``init``): the same bits on any GPU and launch
         shape, by binned summation (a warp per segment; see
         :mod:`cufold.device.reproducible` for the error bound).
+    transform : a function of one value (of the tuple of values for tuple inputs)
+        applied to each value as it is loaded, in the same kernel (as
+        ``cufold.reduce``'s); ``values`` may be or hold generated inputs.
 
     Returns an array of ``len(offsets) - 1`` results in ``values``' library (a
     tuple for tuple values), without synchronising the host.
@@ -640,6 +653,8 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     off = _arrays.describe(offsets, "offsets")
     if len(arrs) == 1 and arrs[0].ndim != 1:          # feature rows (n, F)
         from . import rows
+        if transform is not None:
+            raise ValueError("cufold: segmented_reduce of feature rows (n, F) takes no transform= (yet)")
         if deterministic.__class__ is str and arrs[0].dtype.kind == "f":
             raise ValueError("cufold: deterministic=%r takes 1-D values; feature rows (n, F) are reproducible "
                              "run to run (deterministic=True), not across GPUs" % (deterministic,))
@@ -647,27 +662,30 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
                                      stream is not None)
     return _segmented_programs.run(
         (tuple(map(_programs.signature, arrs)), _programs.signature(off),
-         _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None, deterministic),
-        *arrs, off)
+         _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None, deterministic,
+         transform), *arrs, off)
 
 
 def _plan_segmented_key(key, *arrays):
     """The Program of segmented_reduce call signature ``key`` for ``arrays`` (the
     value fields, then the offsets)."""
-    _, _, handle, op, init, dtype, given_stream, deterministic = key
+    _, _, handle, op, init, dtype, given_stream, deterministic = key[:8]
+    transform = as_transform(key[8] if len(key) > 8 else None)
     arrs, off = arrays[:-1], arrays[-1]
     _check_values(arrs, "values")
     _check_offsets(off)
-    _arrays.same_device(arrays, "values and offsets")
+    _arrays.same_device(tuple(a for a in arrays if a.library != "generated"), "values and offsets")
     if deterministic.__class__ is str and any(a.dtype.kind == "f" for a in arrs):
         if deterministic != "gpu_to_gpu":
             raise ValueError("cufold: deterministic must be True or 'gpu_to_gpu'; got %r" % (deterministic,))
+        if transform is not None or any(a.library == "generated" for a in arrs):
+            raise ValueError("cufold: deterministic='gpu_to_gpu' takes stored values, without transform= (yet)")
         from . import reproducible
         b = _programs.Builder(off.device_id, handle, handle if given_stream else None)
         reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype)
         return b.build()
     return _plan_segmented(arrs, off, as_op(op), init, dtype, handle, handle if given_stream else None,
-                           "segmented_reduce")
+                           "segmented_reduce", transform=transform)
 
 
 _segmented_programs = _programs.Programs(_plan_segmented_key, "cufold.segmented_reduce", 4096)
@@ -766,7 +784,7 @@ def scatter_heads_kernel(key_vt, tile):
     return scatter_heads
 
 
-def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
+def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None, transform=None):
     """Reduce each run of equal adjacent keys (``thrust::reduce_by_key``).
 
     Parameters
@@ -780,6 +798,8 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
     op : cufold.Op or function ``(a, b) -> c``; associative (an ordered fold per run).
     dtype : accumulator and result dtype (default as ``cufold.reduce``).
     stream : the library's stream object or a raw ``CUstream`` handle.
+    transform : a function of one value applied to each as it is loaded (as
+        ``cufold.reduce``'s); ``values`` may be or hold generated inputs.
 
     Returns ``(unique_keys, totals)``, arrays of the input library with one
     element per run. **Synchronises the host once**, to read the number of runs
@@ -802,11 +822,11 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None):
     ksig = tuple(map(_programs.signature, karrs))
     if karrs[0].size == 0:
         return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, 0,
-                             stream is not None), *karrs, *varrs)
+                             stream is not None, transform), *karrs, *varrs)
     counts = _run_counts.run((ksig, handle), *karrs)
     runs = int(_readback.read_to_host(counts.view(np.int64, (1,), (counts.size - 1) * 8), handle)[0])  # the sync
     return _by_runs.run((ksig, tuple(map(_programs.signature, varrs)), handle, op, dtype, runs,
-                         stream is not None), *karrs, counts, *varrs)
+                         stream is not None, transform), *karrs, counts, *varrs)
 
 
 def _check_by_key(karrs, varrs):
@@ -829,10 +849,11 @@ def _plan_count_key(key, *karrs):
 def _plan_runs_key(key, *arrays):
     """The Program of reduce_by_key call signature ``key`` for ``runs`` runs: keys,
     the counts (where there are runs), values."""
-    ksig, vsig, handle, op, dtype, runs, given_stream = key
+    ksig, vsig, handle, op, dtype, runs, given_stream = key[:7]
     karrs, varrs = arrays[:len(ksig)], arrays[len(arrays) - len(vsig):]
     _check_by_key(karrs, varrs)
-    return _plan_runs(karrs, varrs, as_op(op), dtype, runs, handle, handle if given_stream else None)
+    return _plan_runs(karrs, varrs, as_op(op), dtype, runs, handle, handle if given_stream else None,
+                      as_transform(key[7] if len(key) > 7 else None))
 
 
 def _plan_count_runs(karrs, handle):
@@ -854,11 +875,11 @@ def _plan_count_runs(karrs, handle):
     return b.build(lambda got: _arrays.describe(got[0], "counts"))
 
 
-def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
+def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream, transform=None):
     """Program ``(keys..., counts, values...) -> (unique keys, totals)`` for ``runs``
     runs (none: ``(keys..., values...)``, empty results)."""
     key_vt, in_vt = _value_type(karrs), _value_type(varrs)
-    acc_vt, out_vt = _result_types(op, in_vt, dtype)
+    acc_vt, out_vt = _result_types(op, _item_type(in_vt, transform), dtype)
     op.check(acc_vt)
     n = karrs[0].size
     nt, vt = _key_tile(n)
@@ -876,11 +897,13 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream):
                  (_pack(key_vt, ks), np.int64(n), counts, np.int64(runs), off, _pack(key_vt, ukeys)))
         init_value, has_init = _start_value(op, acc_vt, None, "reduce_by_key", never_empty=True)
         if features:
+            if transform is not None:
+                raise ValueError("cufold: reduce_by_key of feature rows takes no transform= (yet)")
             from . import rows
             rows.add_segments(b, op, acc_vt, out_vt, vs[0], off, n, runs, features[0], totals[0], init_value,
                               has_init)
         else:
-            spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs))
+            spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs), transform)
             _run_segments(b, spec, _pack(in_vt, vs), off, n, runs, _pack(out_vt, totals), init_value, has_init)
     k, t = key_vt.arity, out_vt.arity
     return b.build(lambda got: (_pack(key_vt, got[:k]), _pack(out_vt, got[k + 1:k + 1 + t])))

@@ -61,7 +61,7 @@ from ..host import arrays as _arrays
 from ..host import dispatch as _dispatch
 from ..host import launch as _launch
 from ..host import programs as _programs
-from ..ops import as_op, plus
+from ..ops import as_op, as_transform, plus
 from . import scan as _scan
 from . import segmented as _seg
 from .segmented import AGGREGATE, PREFIX, PREFIX_NONE
@@ -124,7 +124,7 @@ def _slot(period):
 
 
 @functools.lru_cache(maxsize=None)
-def _value_loader(in_vt, acc_vt, nt, vt):
+def _value_loader(in_vt, acc_vt, nt, vt, transform=None):
     """``load_values(values, first, count, sv, sf)``: ``values[first : first +
     count]`` (as accumulators) into the tile's slots ``sv``, striped, with their
     head flags ``sf`` cleared. Generated and unrolled so that each thread issues
@@ -139,7 +139,7 @@ def _value_loader(in_vt, acc_vt, nt, vt):
                   "            s = slot(%d + tid)" % (k * nt),
                   "            store(sv, s, to_acc(x%d))" % k,
                   "            sf[s] = 0"]
-    env = {"load_in": in_vt.load, "to_acc": acc_vt.cast, "store": acc_vt.store,
+    env = {"load_in": in_vt.load, "to_acc": _scan._to_acc(acc_vt, in_vt, transform), "store": acc_vt.store,
            "slot": _slot(_scan._layout(vt))}
     return _codegen.build("\n".join(lines) + "\n", "load_values", env)
 
@@ -206,9 +206,11 @@ def _heads_from_keys(key_vt, nt, vt):
     return span, mark
 
 
-Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt key_vt tile exclusive")
+Spec = collections.namedtuple("Spec", "op in_vt acc_vt out_vt key_vt tile exclusive transform",
+                              defaults=(None,))
 Spec.__doc__ = """What a segmented scan kernel is compiled for: ``key_vt`` None for CSR
-offsets (head flags from segment starts), else the keys' value type."""
+offsets (head flags from segment starts), else the keys' value type; ``transform``
+None or an ops.Transform applied to each value as it is loaded."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -238,7 +240,7 @@ def segscan_kernel(spec):
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _seg._block_seg_scan(op, acc_vt, nt)
     look_back = _seg._look_back(op, acc_vt)
-    load_values = _value_loader(in_vt, acc_vt, nt, vt)
+    load_values = _value_loader(in_vt, acc_vt, nt, vt, spec.transform)
     by_offsets = spec.key_vt is None
     if by_offsets:
         span, mark = _heads_from_offsets(nt, vt)
@@ -379,22 +381,23 @@ def _start_value(op, acc_vt, identity, init, exclusive, name):
     return (identity if identity is not None else acc_vt.make(acc_vt.sample())), False
 
 
-def _plan(varrs, head_arrs, key_vt, op, exclusive, init, dtype, handle, alloc_stream, name):
+def _plan(varrs, head_arrs, key_vt, op, exclusive, init, dtype, handle, alloc_stream, name, transform=None):
     """The Program of a segmented scan of ``varrs`` (the value fields) with head flags
     from ``head_arrs``: the CSR offsets (``key_vt`` None) or the key fields. The
     Program is called with the value fields, then ``head_arrs``."""
     in_vt = _seg._value_type(varrs)
-    acc_vt, out_vt, identity = _scan._types_for(op, in_vt, dtype, False)
+    acc_vt, out_vt, identity = _scan._types_for(op, _seg._item_type(in_vt, transform), dtype, False)
     init_value, fold_init = _start_value(op, acc_vt, identity, init, exclusive, name)
     n = varrs[0].size
-    b = _programs.Builder(varrs[0].device_id, handle, alloc_stream)
+    b = _programs.Builder(head_arrs[0].device_id, handle, alloc_stream)
     xs = [b.input(a) for a in varrs]
     hs = [b.input(a) for a in head_arrs]
-    outs = [b.output(xs[0], (n,), f) for f in out_vt.fields]
+    home = xs[0] if xs[0].library != "generated" else hs[0]
+    outs = [b.output(home, (n,), f) for f in out_vt.fields]
     if n > 0:
         by_offsets = key_vt is None
         m = head_arrs[0].size - 1 if by_offsets else 0
-        spec = Spec(op, in_vt, acc_vt, out_vt, key_vt, tile_for(acc_vt, n + m + 1), bool(exclusive))
+        spec = Spec(op, in_vt, acc_vt, out_vt, key_vt, tile_for(acc_vt, n + m + 1), bool(exclusive), transform)
         nt, vt = spec.tile
         nv = nt * vt
         tiles = -(-(m + 1 + n) // nv) if by_offsets else -(-n // nv)
@@ -424,7 +427,8 @@ def _check_values(arrs, name):
             raise ValueError("cufold: %s takes 1-D values; got shape %s" % (name, a.shape))
 
 
-def segmented_scan(values, offsets, op=plus, *, exclusive=False, init=None, dtype=None, stream=None):
+def segmented_scan(values, offsets, op=plus, *, exclusive=False, init=None, dtype=None, stream=None,
+                   transform=None):
     """Scan every segment ``values[offsets[i]:offsets[i+1]]`` of a CSR layout on
     its own (the scan restarts at every offset).
 
@@ -447,6 +451,9 @@ def segmented_scan(values, offsets, op=plus, *, exclusive=False, init=None, dtyp
     dtype : result dtype (a tuple for tuple values); default: the values' own;
         float16 accumulates in float32.
     stream : the library's stream object or a raw ``CUstream`` handle.
+    transform : a function of one value (of the tuple of values for tuple
+        inputs) applied to each as it is loaded, in the same kernel (as
+        ``cufold.inclusive_scan``'s); ``values`` may be or hold generated inputs.
 
     Returns an array as long as ``values`` in its library (a tuple for tuple
     values), without synchronising the host. Balanced whatever the segment
@@ -468,23 +475,23 @@ def segmented_scan(values, offsets, op=plus, *, exclusive=False, init=None, dtyp
     off = _arrays.describe(offsets, "offsets")
     return _offset_programs.run(
         (tuple(map(_programs.signature, arrs)), _programs.signature(off),
-         _arrays.stream_handle(arrs + (off,), stream), op, bool(exclusive), init, dtype, stream is not None),
-        *arrs, off)
+         _arrays.stream_handle(arrs + (off,), stream), op, bool(exclusive), init, dtype, stream is not None,
+         transform), *arrs, off)
 
 
 def _plan_offsets_key(key, *arrays):
     """The Program of segmented_scan call signature ``key`` for ``arrays`` (the value
     fields, then the offsets)."""
-    _, _, handle, op, exclusive, init, dtype, given_stream = key
+    _, _, handle, op, exclusive, init, dtype, given_stream, transform = key
     arrs, off = arrays[:-1], arrays[-1]
     _check_values(arrs, "segmented_scan")
     _seg._check_offsets(off)
-    _arrays.same_device(arrays, "values and offsets")
+    _arrays.same_device(tuple(a for a in arrays if a.library != "generated"), "values and offsets")
     return _plan(arrs, (off,), None, as_op(op), exclusive, init, dtype, handle, handle if given_stream else None,
-                 "segmented_scan")
+                 "segmented_scan", as_transform(transform))
 
 
-def inclusive_scan_by_key(keys, values, op=plus, *, dtype=None, stream=None):
+def inclusive_scan_by_key(keys, values, op=plus, *, dtype=None, stream=None, transform=None):
     """Inclusive scan of each run of equal adjacent keys
     (``thrust::inclusive_scan_by_key``): ``out[i] = v[s] op ... op v[i]``, ``s``
     the first index of ``i``'s run.
@@ -499,6 +506,8 @@ def inclusive_scan_by_key(keys, values, op=plus, *, dtype=None, stream=None):
     op : cufold.Op or function ``(a, b) -> c``; associative.
     dtype : result dtype (default: the values' own).
     stream : the library's stream object or a raw ``CUstream`` handle.
+    transform : a function of one value applied to each as it is loaded (as
+        :func:`segmented_scan`'s).
 
     Returns an array as long as ``values`` in its library, without
     synchronising the host (one launch: keys and values read once).
@@ -509,10 +518,10 @@ def inclusive_scan_by_key(keys, values, op=plus, *, dtype=None, stream=None):
         >>> cufold.inclusive_scan_by_key(k, torch.ones(6, device="cuda"))
         tensor([1., 2., 1., 2., 3., 1.], device='cuda:0')
     """
-    return _by_key(keys, values, op, False, None, dtype, stream, "inclusive_scan_by_key")
+    return _by_key(keys, values, op, False, None, dtype, stream, "inclusive_scan_by_key", transform)
 
 
-def exclusive_scan_by_key(keys, values, op=plus, init=None, *, dtype=None, stream=None):
+def exclusive_scan_by_key(keys, values, op=plus, init=None, *, dtype=None, stream=None, transform=None):
     """Exclusive scan of each run of equal adjacent keys
     (``thrust::exclusive_scan_by_key``): ``out[i] = init op v[s] op ... op
     v[i-1]``, ``init`` at each run's first index.
@@ -526,31 +535,31 @@ def exclusive_scan_by_key(keys, values, op=plus, init=None, *, dtype=None, strea
         >>> cufold.exclusive_scan_by_key(k, torch.ones(6, device="cuda"), init=10)
         tensor([10., 11., 10., 11., 12., 10.], device='cuda:0')
     """
-    return _by_key(keys, values, op, True, init, dtype, stream, "exclusive_scan_by_key")
+    return _by_key(keys, values, op, True, init, dtype, stream, "exclusive_scan_by_key", transform)
 
 
-def _by_key(keys, values, op, exclusive, init, dtype, stream, name):
+def _by_key(keys, values, op, exclusive, init, dtype, stream, name, transform=None):
     karrs = _seg._describe_values(keys, "keys")
     varrs = _seg._describe_values(values, "values")
     return _key_programs.run(
         (tuple(map(_programs.signature, karrs)), tuple(map(_programs.signature, varrs)),
-         _arrays.stream_handle(karrs + varrs, stream), op, exclusive, init, dtype, stream is not None, name),
-        *varrs, *karrs)
+         _arrays.stream_handle(karrs + varrs, stream), op, exclusive, init, dtype, stream is not None, name,
+         transform), *varrs, *karrs)
 
 
 def _plan_keys_key(key, *arrays):
     """The Program of a scan-by-key call signature ``key`` for ``arrays`` (the value
     fields, then the key fields: the order of the Program's inputs)."""
-    _, vsig, handle, op, exclusive, init, dtype, given_stream, name = key
+    _, vsig, handle, op, exclusive, init, dtype, given_stream, name, transform = key
     varrs, karrs = arrays[:len(vsig)], arrays[len(vsig):]
     _check_values(karrs + varrs, name)
     if varrs[0].size != karrs[0].size:
         raise ValueError("cufold: keys and values must be equally long; got %d and %d"
                          % (karrs[0].size, varrs[0].size))
-    _arrays.same_device(arrays, "keys and values")
+    _arrays.same_device(tuple(a for a in arrays if a.library != "generated") or arrays, "keys and values")
     key_vt = _seg._value_type(karrs)
     return _plan(varrs, karrs, key_vt, as_op(op), exclusive, init, dtype, handle, handle if given_stream else None,
-                 name)
+                 name, as_transform(transform))
 
 
 _offset_programs = _programs.Programs(_plan_offsets_key, "cufold.segmented_scan", 4096)

@@ -174,6 +174,45 @@ class Arr:
                 % (self.library, self.ptr, self.shape, self.strides, self.dtype, self.device_id))
 
 
+
+class Generated(Arr):
+    """A generated input (``cufold.counting``, ``cufold.constant``): an array whose
+    items a kernel computes from their index, so it holds no memory (``ptr`` 0,
+    ``library`` ``"generated"``, 1-D of length ``n``). ``source`` is ``"counting"``
+    (item ``i`` is ``param + i``) or ``"constant"`` (every item is ``param``); kernels
+    receive ``param``, a NumPy scalar of ``dtype``, where an array would go."""
+
+    __slots__ = ("source", "param")
+
+    def __init__(self, source, n, param, dtype):
+        n = int(n)
+        if n < 0:
+            raise ValueError("cufold: a generated input's length must be >= 0, got %d" % n)
+        dt = np.dtype(dtype)
+        super().__init__(0, (n,), (1,), dt, n, "generated", None, _current_device_id() if not SIMULATOR else 0)
+        self.source = source
+        self.param = dt.type(param)
+
+    def signature(self):
+        """What a Program depends on: all of it (the parameter is compiled into the launch)."""
+        return ("generated", self.source, self.shape, self.dtype, self.param.tobytes())
+
+    def __repr__(self):
+        return "cufold.%s(%d, %r, dtype=%s)" % (self.source, self.size, self.param.item(), self.dtype)
+
+    def __len__(self):
+        return self.size
+
+
+def first_stored(arrs):
+    """The first of ``arrs`` (Arrs) that is not generated (``arrs[0]`` where all are):
+    the array whose library, device and stream a call's results take."""
+    for a in arrs:
+        if a.library != "generated":
+            return a
+    return arrs[0]
+
+
 # ---------------------------------------------------------------------------
 # describe
 
@@ -646,6 +685,7 @@ class _Like:
 
 
 _EMPTY_BY_LIB = {"torch": _empty_torch, "cupy": _empty_cupy, "numba": _empty_numba,
+                 "generated": _empty_sim if SIMULATOR else _empty_numba,
                  "sim": _empty_sim, "jax": _empty_jax, "cai": _empty_numba, "dlpack": _empty_numba}
 
 
@@ -892,6 +932,8 @@ def stream_handle(like, stream=None):
     chosen stream is ordered after it on the device (no host sync).
     """
     first = like[0] if like.__class__ is tuple else like
+    if first.library == "generated" and like.__class__ is tuple:
+        first = first_stored(like)
     if stream is None:
         lib = first.library
         if lib == "torch":

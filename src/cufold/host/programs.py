@@ -54,6 +54,8 @@ _ALIGN_BITS = 15
 def signature(a):
     """What a Program depends on of array ``a`` (an :class:`Arr`): its layout,
     library, device, and the alignment of its address (16 bytes or less)."""
+    if a.__class__ is not Arr:            # a generated input (arrays.Generated)
+        return a.signature()
     return (a.dtype, a.shape, a.strides, a.library, a.device_id, a.ptr & _ALIGN_BITS)
 
 
@@ -105,6 +107,9 @@ class Builder:
     def input(self, a):
         """A placeholder for a per-call array laid out as ``a`` (an Arr); the
         Program is then called with such an array at this position."""
+        if a.__class__ is _arrays.Generated:  # no memory: its parameter is a launch constant
+            self._arrays.append(("in", a))
+            return a
         m = self._marker(a)
         self._arrays.append(("in", m))
         return m
@@ -171,6 +176,8 @@ class Builder:
             return tuple(self._concrete(m) for m in a)
         if a.__class__ is _Value:
             return a.sample
+        if a.__class__ is _arrays.Generated:  # what a kernel gets for a generated input
+            return a.param
         return a
 
     def _source(self, a):
