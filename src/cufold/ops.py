@@ -415,9 +415,18 @@ def _infer_result(t, vt):
         ret = type_inference_stage(ctx, registry.cpu_target.target_context, interp, (vt.numba_type,),
                                    None).return_type
     except Exception as exc:  # noqa: BLE001 - Numba's typing errors have many classes
-        first = str(exc).strip().splitlines()
-        raise TypeError("cufold: %s function %s does not compile for a value of type %s: %s"
-                        % (t.role, t.name, vt, first[0] if first else type(exc).__name__)) from None
+        # Typing alone skips Numba's rewrites: on Python 3.12 ``v[0]`` of a tuple of mixed
+        # types is then a getitem with an unknown index, which does not type. A CPU compile
+        # runs them (slower, so only here).
+        try:
+            import numba
+            disp = numba.njit(py)
+            disp.compile((vt.numba_type,))
+            ret = disp.nopython_signatures[0].return_type
+        except Exception:  # noqa: BLE001
+            first = str(exc).strip().splitlines()
+            raise TypeError("cufold: %s function %s does not compile for a value of type %s: %s"
+                            % (t.role, t.name, vt, first[0] if first else type(exc).__name__)) from None
     if isinstance(ret, nbtypes.BaseTuple):
         parts, is_tuple = list(ret), True
     else:
