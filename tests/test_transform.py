@@ -389,3 +389,27 @@ def test_scan_transform_reversed_and_whole_only(rng):
         cufold.cumsum(to_device(h.reshape(-1, 8)), axis=1, transform=square)
     with pytest.raises(ValueError, match="not reversed"):
         cufold.cumsum(cufold.counting(10), reverse=True)
+
+
+def test_result_type_when_typing_alone_fails(monkeypatch):
+    """Where Numba's typing without its rewrites fails (Python 3.12: ``v[0]`` of a tuple of
+    mixed types), the result type comes from a CPU compile; a function that does not
+    compile at all still gets the clear error."""
+    from numba.core import compiler
+    from cufold.values import ValueType
+
+    def no_typing(*args, **kwargs):
+        raise TypeError("No implementation of function getitem")
+
+    monkeypatch.setattr(compiler, "run_frontend", no_typing)      # the typing-only path
+
+    def mixed_product(v):
+        return np.float64(v[0]) * np.float64(v[1])
+
+    t = as_transform(mixed_product)
+    assert t.result_type(ValueType.of((np.float32, np.float64))) == ValueType.of(np.float64)
+
+    def takes_a_field(v):
+        return v[0]
+    with pytest.raises(TypeError, match="transform function takes_a_field does not compile"):
+        as_transform(takes_a_field).result_type(ValueType.of(np.float32))
