@@ -1316,6 +1316,10 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False, axis=None,
           reverse=False, transform=None):
     """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
+    if dtype.__class__ is int or (out.__class__ is int and name in ("cummax", "cummin")):
+        # numpy.cumsum(a, 1) is an axis; here the second argument is not
+        raise TypeError("cufold: %s takes the axis by keyword only: %s(x, axis=%d)"
+                        % (name, name, dtype if dtype.__class__ is int else out))
     is_tuple = x.__class__ is tuple
     arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
     if out is None:
