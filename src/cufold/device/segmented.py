@@ -286,6 +286,48 @@ def _look_back(op, vt):
     return look_back
 
 
+@cuda.jit(device=True)
+def _set_flag(flags, tile, tag, state):
+    cuda.threadfence()                      # the value before the flag
+    cuda.atomic.exch(flags, tile, np.uint32(tag | state))
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_carry(op, vt):
+    """``tile_carry(tid, tile, empty, needs, tr, th, tv, flags, tag, aggs, pres, init,
+    e_has, e_val) -> (e_has, e_val)``, called by warp 0 of a segmented tile: publishes
+    the tile's state (``tr``: a segment starts in it; ``th``, ``tv``: its fold since
+    the last start) and, where ``needs`` (its first segment began in an earlier tile),
+    looks back for the carry into it (else ``(e_has, e_val)`` as given)."""
+    combine = op.combine(vt)
+    publish = _publish(vt)
+    look_back = _look_back(op, vt)
+
+    @cuda.jit(device=True, inline="always")
+    def tile_carry(tid, tile, empty, needs, tr, th, tv, flags, tag, aggs, pres, init, e_has, e_val):
+        if tid == 0:
+            if empty:
+                _set_flag(flags, tile, tag, PREFIX_NONE)
+            elif tr or not needs:
+                # Nothing before this tile matters to its successors: publish the prefix now.
+                if th:
+                    publish(pres, tile, tv)
+                    _set_flag(flags, tile, tag, PREFIX)
+                else:
+                    _set_flag(flags, tile, tag, PREFIX_NONE)
+            else:
+                publish(aggs, tile, tv)     # inside one segment: th is true
+                _set_flag(flags, tile, tag, AGGREGATE)
+        if needs:
+            e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
+            if not tr and tid == 0:
+                publish(pres, tile, combine(e_val, tv) if e_has else tv)
+                _set_flag(flags, tile, tag, PREFIX)
+        return e_has, e_val
+
+    return tile_carry
+
+
 @functools.lru_cache(maxsize=None)
 def _tile_loader(in_vt, acc_vt, nt, vt, transform=None):
     """``load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa)``:
@@ -341,12 +383,11 @@ def segments_kernel(spec):
     combine = op.combine(acc_vt)
     load, store = acc_vt.load, acc_vt.store
     store_out, to_out = out_vt.store, out_vt.cast
-    publish = _publish(acc_vt)
     tile_storage = block.temp_storage(acc_vt, nv)
     warp_storage = block.temp_storage(acc_vt, nw)
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _block_seg_scan(op, acc_vt, nt)
-    look_back = _look_back(op, acc_vt)
+    tile_carry = _tile_carry(op, acc_vt)
     load_tile = _tile_loader(in_vt, acc_vt, nt, vt, spec.transform)
     big = nv + 1                                # also the row-end array's size (a constant)
 
@@ -358,11 +399,6 @@ def segments_kernel(spec):
         else:
             v = acc if have else init
         store_out(outs, row, to_out(v))
-
-    @cuda.jit(device=True)
-    def set_flag(flags, tile, tag, state):
-        cuda.threadfence()                      # the value before the flag
-        cuda.atomic.exch(flags, tile, np.uint32(tag | state))
 
     def segments(values, offsets, nvals, m, ps, pj, outs, init, has_init, tiles, counter, flags,
                  aggs, pres):
@@ -444,24 +480,8 @@ def segments_kernel(spec):
                 if s0 > 0:
                     started = _segment_end(offsets, s0 - 1, base, nvals)
                 needs = started < j0
-            if tid == 0:
-                if total == 0:
-                    set_flag(flags, tile, tag, PREFIX_NONE)
-                elif tr or not needs:
-                    # Nothing before this tile matters to its successors: publish the prefix now.
-                    if th:
-                        publish(pres, tile, tv)
-                        set_flag(flags, tile, tag, PREFIX)
-                    else:
-                        set_flag(flags, tile, tag, PREFIX_NONE)
-                else:
-                    publish(aggs, tile, tv)     # inside one segment: th is true
-                    set_flag(flags, tile, tag, AGGREGATE)
-            if needs:
-                e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
-                if not tr and tid == 0:
-                    publish(pres, tile, combine(e_val, tv) if e_has else tv)
-                    set_flag(flags, tile, tag, PREFIX)
+            e_has, e_val = tile_carry(tid, tile, total == 0, needs, tr, th, tv, flags, tag, aggs, pres,
+                                      init, e_has, e_val)
             if tid == 0:
                 meta[1] = 1 if e_has else 0
                 store(ev, 0, e_val)
