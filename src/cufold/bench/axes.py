@@ -38,8 +38,7 @@ import traceback
 
 import numpy as np
 
-from . import report as R
-from .runner import time_events
+from .runner import add_run_options, run_and_save, time_events
 from .timing import Settings
 
 __all__ = ["LAYOUTS", "REDUCTIONS", "cases", "touched_bytes", "main"]
@@ -332,12 +331,7 @@ def build_parser():
                                 description="Axis reductions and non-contiguous views vs torch and CuPy.")
     p.add_argument("--layouts", default=None, help="comma list of bases or layouts (A, y, z, A.T, ...)")
     p.add_argument("--reductions", default=",".join(REDUCTIONS))
-    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/axes-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print the cases and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "axes", dry_run="print the cases and exit (no GPU needed)")
 
 
 def _select(spec):
@@ -366,25 +360,15 @@ def main(argv=None, stdout=None, stderr=None):
         for c in todo:
             out.write("  %s axis=%s %s\n" % c)
         return 0
-    from . import backends, open_backend
+    from . import backends
     env = backends.probe()
     if env.get("torch") is None:
         err.write("cufold bench axes: needs torch with CUDA (the data and the copy bandwidth)\n")
         return 2
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "axes", info.get("name"))
-    err.write("cufold bench axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
-    results = run(env, backend, layouts, reductions, settings, progress=not args.no_progress, log=err)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    bad = [r for r in results["records"] for k in ("cufold",) if r.get(k, {}).get("status") != "ok"]
-    return 1 if bad else 0
+    return run_and_save("axes", env, args, argv, out, err, "%d cases" % len(todo),
+                        lambda backend, info: run(env, backend, layouts, reductions, settings,
+                                                  progress=not args.no_progress, log=err),
+                        format_results, lambda r: r.get("cufold", {}).get("status") != "ok")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,6 +70,41 @@ def suite_meta(suite, env, backend, info, settings, started, **extra):
     return meta
 
 
+def add_run_options(p, suite, full=None, dry_run="print what would run and exit (no GPU needed)"):
+    """The options of a suite with its own driver: ``--quick`` (and, with ``full`` as its
+    help, ``--full``, one or the other), ``--out``, ``--no-progress``, ``--dry-run``, ``--seed``."""
+    mode = p.add_mutually_exclusive_group() if full else p
+    if full:
+        mode.add_argument("--full", action="store_true", help=full)
+    mode.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
+    p.add_argument("--out", default=None, help="output directory (default bench/results/%s-<gpu>-<date>)" % suite)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help=dry_run)
+    p.add_argument("--seed", type=int, default=None)
+    return p
+
+
+def run_and_save(suite, env, args, argv, out, err, describe, run, format_results, failed):
+    """The end of a suite driver's ``main``: opens the GPU, runs ``run(backend, info)`` (the
+    results), prints and saves them; the exit status (2: no GPU; 1: a record ``failed``;
+    else 0). ``describe``: what runs, for the log line."""
+    from . import open_backend
+    from . import report as R
+    backend = open_backend(env, err)
+    if backend is None:
+        return 2
+    info = backend.device_info()
+    out_dir = R.make_out_dir(args.out, suite, info.get("name"))
+    err.write("cufold bench %s on %s: %s -> %s\n" % (suite, info.get("name"), describe, out_dir))
+    results = run(backend, info)
+    results["meta"]["argv"] = list(argv or [])
+    text = format_results(results)
+    out.write(text + "\n")
+    R.save_results(results, text, out_dir)
+    err.write("wrote %s: results.json, table.txt\n" % out_dir)
+    return 1 if any(failed(r) for r in results["records"]) else 0
+
+
 class Progress:
     """tqdm on stderr when importable (and enabled), else a plain counter."""
 

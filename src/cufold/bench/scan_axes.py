@@ -42,8 +42,7 @@ import traceback
 
 import numpy as np
 
-from . import report as R
-from .runner import time_events
+from .runner import add_run_options, run_and_save, time_events
 from .timing import Settings
 
 __all__ = ["CASES", "cases", "evaluate", "format_results", "main"]
@@ -335,12 +334,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="python -m cufold bench scan-axes",
                                 description="Scans along axes vs torch.cumsum(dim=), Triton and JAX.")
     p.add_argument("--cases", default=None, help="comma list of kinds: cumsum, affine")
-    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/scan-axes-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print the cases and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "scan-axes", dry_run="print the cases and exit (no GPU needed)")
 
 
 def main(argv=None, stdout=None, stderr=None):
@@ -360,25 +354,14 @@ def main(argv=None, stdout=None, stderr=None):
             out.write("  %s %s axis=%s%s plan=%s\n" % (kind, shape, axis, " reverse" if reverse else "",
                                                       _plan_text(shape, axis)))
         return 0
-    from . import backends, open_backend
+    from . import backends
     env = backends.probe()
     if env.get("torch") is None:
         err.write("cufold bench scan-axes: needs torch with CUDA (the data and the copy bandwidth)\n")
         return 2
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "scan-axes", info.get("name"))
-    err.write("cufold bench scan-axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
-    results = run(env, backend, todo, settings, progress=not args.no_progress, log=err)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    bad = [r for r in results["records"] if r.get("cufold", {}).get("status") != "ok"]
-    return 1 if bad else 0
+    return run_and_save("scan-axes", env, args, argv, out, err, "%d cases" % len(todo),
+                        lambda backend, info: run(env, backend, todo, settings, progress=not args.no_progress, log=err),
+                        format_results, lambda r: r.get("cufold", {}).get("status") != "ok")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -222,7 +222,7 @@ def segscan_kernel(spec):
     warp_storage = block.temp_storage(acc_vt, nw)
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _seg._block_seg_scan(op, acc_vt, nt)
-    tile_carry = _seg._tile_carry(op, acc_vt)
+    tile_carry, thread_carry = _seg._tile_carry(op, acc_vt)
     load_values = _value_loader(in_vt, acc_vt, nt, vt, spec.transform)
     by_offsets = spec.key_vt is None
     if by_offsets:
@@ -282,25 +282,14 @@ def segscan_kernel(spec):
         cr, ch, cv, tr, th, tv = block_scan(r, h, v, wr, wh, wv)
 
         if tid < 32:
-            e_has = False
-            e_val = init
             # The tile's first segment began in an earlier tile: it needs the look-back.
             needs = tile > 0 and count > 0 and sf[slot(0)] == 0
-            e_has, e_val = tile_carry(tid, tile, count == 0, needs, tr, th, tv, flags, tag, aggs, pres,
-                                      init, e_has, e_val)
-            if tid == 0:
-                meta[2] = 1 if e_has else 0
-                store(ev, 0, e_val)
+            tile_carry(tid, tile, count == 0, needs, tr, th, tv, flags, tag, aggs, pres, init, meta, 2, ev)
         cuda.syncthreads()
 
         # Rescan this thread's values after its carry-in: (tile carry) op (earlier threads).
         if mine > 0:
-            ph = ch
-            pv = cv
-            if not cr and meta[2] != 0:
-                e = load(ev, 0)
-                pv = combine(e, cv) if ch else e
-                ph = True
+            ph, pv = thread_carry(cr, ch, cv, meta, 2, ev)
             for k in range(vt):
                 if k < mine:
                     s = slot(first + k)
