@@ -432,9 +432,6 @@ def evaluate(results):
     return out
 
 
-_STATUS = {"mismatch": "MISMATCH", "error": "ERROR", "skipped": "skip"}
-
-
 def format_results(results):
     m = results["meta"]
     head = [ln for ln in R.format_header(results).splitlines() if not ln.startswith(("us:", "GB/s ="))]
@@ -449,15 +446,8 @@ def format_results(results):
                   and (r["task"] == task or (task == "argmax" and r["task"] == "max"))]
             if not rs:
                 continue
-            base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None
             lines.append("  -- %s" % task)
-            for r in rs:
-                if r["status"] != "ok":
-                    lines.append("  %-*s %9s %7s  %s" % (w, r["label"], _STATUS.get(r["status"], r["status"]), "",
-                                                         r.get("note", "")))
-                    continue
-                x = "%.2f" % (r["gpu_us"] / base) if base else "-"
-                lines.append("  %-*s %9s %7s  %s" % (w, r["label"], R._fmt_us(r["gpu_us"]), x, r.get("note", "")))
+            lines += R.task_rows(rs, w)
     t = R.format_targets(evaluate(results), "bykey-tuple")
     if t:
         lines += ["", t]

@@ -373,9 +373,6 @@ def evaluate(results):
     return out
 
 
-_STATUS = {"mismatch": "MISMATCH", "error": "ERROR", "skipped": "skip"}
-
-
 def format_results(results):
     m = results["meta"]
     head = [ln for ln in R.format_header(results).splitlines() if not ln.startswith(("us:", "GB/s ="))]
@@ -391,16 +388,7 @@ def format_results(results):
                 rs = [r for r in recs if r["F"] == F and r["case"] == order and r["task"] == task]
                 if not rs:
                     continue
-                base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None
-                for r in rs:
-                    if r["status"] != "ok":
-                        lines.append("  %-*s %9s %7s %7s  %s" % (w, r["label"], _STATUS.get(r["status"], r["status"]),
-                                                                 "", "", r.get("note", "")))
-                        continue
-                    x = "%.2f" % (r["gpu_us"] / base) if base else "-"
-                    gbps = m["e"] * F * 4 / (r["gpu_us"] * 1e3)
-                    lines.append("  %-*s %9s %7.0f %7s  %s" % (w, r["label"], R._fmt_us(r["gpu_us"]), gbps, x,
-                                                               r.get("note", "")))
+                lines += R.task_rows(rs, w, lambda r: m["e"] * F * 4 / (r["gpu_us"] * 1e3))
     t = R.format_targets(evaluate(results), "pyg")
     if t:
         lines += ["", t]

@@ -422,6 +422,41 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
     return results(False)
 
 
+def time_after_warmup(clock, fn, args, settings, rec):
+    """:func:`time_events` after ``settings.warmup`` untimed calls (and a sync)."""
+    for _ in range(settings.warmup):
+        fn(args[0])
+    clock.sync()
+    return time_events(clock, fn, args, settings, rec)
+
+
+def copy_bandwidth(torch, backend, settings):
+    """Bytes per second of a 256 MiB device copy (read + write), event-timed."""
+    src = torch.empty(1 << 26, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    st = time_after_warmup(backend.clock, lambda p: p[1].copy_(p[0]), [(src, dst)], settings, {})
+    return 2 * src.numel() * 4 / (st["median"] * 1e-6)
+
+
+def checked_timing(backend, label, fn, args, check, settings):
+    """The record of library ``label``: ``fn(args[0])`` fetched and checked (``check(got)
+    -> (ok, why)``), then event-timed over ``args``; a mismatch or an error is recorded,
+    the run goes on."""
+    rec = {"label": label}
+    try:
+        got = backend.fetch(fn(args[0]))
+        ok, why = check(got)
+        if not ok:
+            rec.update(status="mismatch", note=why)
+        else:
+            time_after_warmup(backend.clock, fn, args, settings, rec)
+            rec["status"] = "ok"
+    except Exception as e:                        # noqa: BLE001 (reported, the run goes on)
+        rec.update(status="error", note="%s: %s" % (type(e).__name__, str(e)[:200]),
+                   traceback=traceback.format_exc(limit=4))
+    return rec
+
+
 def time_events(clock, fn, args, settings, rec):
     """Event-time ``fn`` over ``args``: a few calls to estimate, then enough
     repetitions for the settings' time budget; records the median (and the raw
