@@ -64,6 +64,69 @@ def to_host(d):
     return np.asarray(d)
 
 
+def poison_value(dtype):
+    """A value no result holds: what :func:`poison_allocations` fills arrays with."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return dt.type(-12345.5)
+    if dt.kind in "iu":
+        return dt.type(np.iinfo(dt).max - 3)
+    return True
+
+
+def poison_allocations(monkeypatch):
+    """Every array the library allocates from now on starts full of :func:`poison_value`,
+    so an element left unwritten fails the comparison."""
+    from cufold.host import arrays
+    real = arrays.empty
+
+    def empty(like, shape, dtype, stream=None):
+        obj, arr = real(like, shape, dtype, stream)
+        if arr.size and hasattr(obj, "copy_to_device"):
+            obj.copy_to_device(np.full(arr.shape, poison_value(dtype), dtype))
+        return obj, arr
+
+    monkeypatch.setattr(arrays, "empty", empty)
+
+
+class _CAI:
+    def __init__(self, keep, **kw):
+        self.keep = keep
+        self.__cuda_array_interface__ = dict(kw)
+
+
+def strided_view(base, offset, shape, strides):
+    """(device view, host view) of ``base`` (1-D, host): element ``offset``, element
+    ``strides`` of any sign or zero (CuPy's negative strides, broadcasts)."""
+    from numpy.lib.stride_tricks import as_strided
+    isz = base.itemsize
+    ref = as_strided(base[offset:], shape, tuple(s * isz for s in strides))
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return FakeCUDAArray(as_strided(base.copy()[offset:], shape, tuple(s * isz for s in strides))), ref
+    d = cuda.to_device(base)
+    ptr = d.device_ctypes_pointer.value + offset * isz
+    return _CAI(d, shape=tuple(shape), typestr=base.dtype.str, data=(ptr, False),
+                strides=tuple(s * isz for s in strides), version=3), ref
+
+
+def affine(p, q):
+    """(a, b) o (c, d) = (a c, b c + d): x -> a x + b then x -> c x + d; not commutative."""
+    return (p[0] * q[0], p[1] * q[0] + q[1])
+
+
+#: ``(a, b)`` pairs composing affine maps: associative, not commutative
+AFFINE = cufold.Op(affine, identity=(1, 0), name="affine")
+AFFINE_NO_IDENTITY = cufold.Op(affine, name="affine_no_identity")
+
+
+@pytest.fixture
+def seg_small_tiles(monkeypatch):
+    """Simulator: segmented tiles of one warp, 32 threads x 4 items (simulate fastest)."""
+    if SIMULATOR:
+        monkeypatch.setenv("CUFOLD_SEG_TILE", "32x4")
+
+
 # --- what the simulator cannot see: PTX for a real GPU ------------------------------------------
 
 _SM90_PREAMBLE = r"""

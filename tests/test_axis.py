@@ -5,7 +5,7 @@ import pytest
 from numba import cuda
 
 import cufold
-from conftest import SIMULATOR, to_host
+from conftest import SIMULATOR, strided_view, to_host
 
 SHAPE = (5, 7, 6) if SIMULATOR else (37, 129, 65)
 AXES = [None, 0, 1, 2, -1, (0, 2), (1, 2), (0, 1), (0, 1, 2)]
@@ -107,29 +107,7 @@ def test_full_sum_of_transposed_300x200(rng):
 
 # --- the layout planner: every layout, axis and reduction ----------------------------------
 
-from numpy.lib.stride_tricks import as_strided  # noqa: E402
-
 from cufold.device import axis as axis_mod  # noqa: E402
-
-
-class _CAI:
-    def __init__(self, keep, **kw):
-        self.keep = keep
-        self.__cuda_array_interface__ = dict(kw)
-
-
-def strided_view(base, offset, shape, strides):
-    """(device view, host view) of ``base`` (1-D, host): element ``offset``, element
-    ``strides`` of any sign or zero (CuPy's negative strides, broadcasts)."""
-    isz = base.itemsize
-    ref = as_strided(base[offset:], shape, tuple(s * isz for s in strides))
-    if SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        return FakeCUDAArray(as_strided(base.copy()[offset:], shape, tuple(s * isz for s in strides))), ref
-    d = cuda.to_device(base)
-    ptr = d.device_ctypes_pointer.value + offset * isz
-    return _CAI(d, shape=tuple(shape), typestr=base.dtype.str, data=(ptr, False),
-                strides=tuple(s * isz for s in strides), version=3), ref
 
 
 # (offset, shape, strides) over a base of 400 elements: C order, transposed, permuted,

@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, to_device, to_host
+from conftest import SIMULATOR, poison_allocations, to_device, to_host
 
 import cufold
-from cufold.host import arrays as _arrays
 
 INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
 FEATURES = (1, 3, 32, 33)
@@ -32,17 +31,7 @@ FIRST_NONZERO = cufold.Op(lambda a, b: a if a != 0 else b, identity=0, name="fir
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Every array the library allocates starts full of a value no result holds."""
-    real = _arrays.empty
-
-    def empty(like, shape, dtype, stream=None):
-        obj, arr = real(like, shape, dtype, stream)
-        if arr.size and hasattr(obj, "copy_to_device"):
-            dt = np.dtype(dtype)
-            bad = -12345.5 if dt.kind == "f" else (np.iinfo(dt).max - 3 if dt.kind in "iu" else True)
-            obj.copy_to_device(np.full(arr.shape, bad, dt))
-        return obj, arr
-
-    monkeypatch.setattr(_arrays, "empty", empty)
+    poison_allocations(monkeypatch)
 
 
 def power_keys(rng, n, m, dtype=np.int32, shuffled=False):

@@ -10,33 +10,12 @@ Outputs given with ``out=`` are poisoned first, so an element left unwritten fai
 
 import numpy as np
 import pytest
-from conftest import SIMULATOR, to_device, to_host
+from conftest import SIMULATOR, strided_view, to_device, to_host
 from numba import cuda
-from numpy.lib.stride_tricks import as_strided
 
 import cufold
 from cufold.device import scan_axis
 from cufold.ops import Op
-
-
-class _CAI:
-    def __init__(self, keep, **kw):
-        self.keep = keep
-        self.__cuda_array_interface__ = dict(kw)
-
-
-def view(base, offset, shape, strides):
-    """(device view, host view) of 1-D host ``base``: element ``offset``, element
-    ``strides`` of any sign."""
-    isz = base.itemsize
-    ref = as_strided(base[offset:], shape, tuple(s * isz for s in strides))
-    if SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        return FakeCUDAArray(as_strided(base.copy()[offset:], shape, tuple(s * isz for s in strides))), ref
-    d = cuda.to_device(base)
-    ptr = d.device_ctypes_pointer.value + offset * isz
-    return _CAI(d, shape=tuple(shape), typestr=base.dtype.str, data=(ptr, False),
-                strides=tuple(s * isz for s in strides), version=3), ref
 
 
 def flipped(fn, x, axis, reverse):
@@ -110,7 +89,7 @@ VIEWS = {
 def test_cumsum_every_axis(rng, name):
     base = rng.integers(-50, 50, 2400).astype(np.float32)
     offset, shape, strides = VIEWS[name]
-    d, x = view(base, offset, shape, strides)
+    d, x = strided_view(base, offset, shape, strides)
     for axis in [None] + list(range(-len(shape), len(shape))):
         for reverse in (False, True):
             got = to_host(cufold.cumsum(d, axis=axis, reverse=reverse))
@@ -161,7 +140,7 @@ def test_columns_chunks_and_spine(rng):
 
 def test_gather_fallback_4d_and_flatten(rng):
     base = rng.integers(-9, 9, 120).astype(np.int32)
-    d, x = view(base, 0, (2, 3, 4, 5), (60, 1, 15, 3))
+    d, x = strided_view(base, 0, (2, 3, 4, 5), (60, 1, 15, 3))
     for axis in (2, None):
         for reverse in (False, True):
             got = to_host(cufold.cumsum(d, axis=axis, reverse=reverse))

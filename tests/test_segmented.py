@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from conftest import SIMULATOR, gpu_only, to_device, to_host
+from conftest import AFFINE, AFFINE_NO_IDENTITY, SIMULATOR, gpu_only, poison_allocations, to_device, to_host
+from conftest import affine as _affine
 
 import cufold
-from cufold.host import arrays as _arrays
 # The module (once exported, cufold.device.segmented may be a function of the same name).
 seg = importlib.import_module("cufold.device.segmented")
 from cufold.values import ValueType
@@ -28,45 +28,12 @@ LENGTHS = (0, 1, 3, 40, 300) if SIMULATOR else (0, 1, 3, 10, 40, 300, 5000)
 SEGMENTS = 12 if SIMULATOR else 20_000
 
 
-def _affine(p, q):
-    """(a, b) o (c, d) = (a c, b c + d): x -> a x + b then x -> c x + d; not commutative."""
-    return (p[0] * q[0], p[1] * q[0] + q[1])
-
-
-AFFINE = cufold.Op(_affine, identity=(1, 0), name="affine")
-AFFINE_NO_IDENTITY = cufold.Op(_affine, name="affine_no_identity")
-
-
 # --- fixtures and helpers ---------------------------------------------------------------------
-
-def _poison_value(dt):
-    dt = np.dtype(dt)
-    if dt.kind == "f":
-        return dt.type(-12345.5)
-    if dt.kind == "b":
-        return True
-    return dt.type(np.iinfo(dt).max - 3)
-
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Every array the library allocates starts full of a value no result holds."""
-    real = _arrays.empty
-
-    def empty(like, shape, dtype, stream=None):
-        obj, arr = real(like, shape, dtype, stream)
-        if arr.size and hasattr(obj, "copy_to_device"):
-            obj.copy_to_device(np.full(arr.shape, _poison_value(dtype), dtype))
-        return obj, arr
-
-    monkeypatch.setattr(_arrays, "empty", empty)
-
-
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Simulator: one-warp tiles of 32 threads x 4 path items (simulate fastest)."""
-    if SIMULATOR:
-        monkeypatch.setenv("CUFOLD_SEG_TILE", "32x4")
+    poison_allocations(monkeypatch)
 
 
 dev, host = to_device, to_host
@@ -108,7 +75,7 @@ def wrap_affine(a, b, lo, hi):
 
 @pytest.mark.parametrize("dtype", (np.float32, np.float64, np.int32, np.int8, np.uint16, np.float16),
                          ids=lambda d: np.dtype(d).name)
-def test_sum_mixed_lengths(dtype, rng, small_tiles):
+def test_sum_mixed_lengths(dtype, rng, seg_small_tiles):
     off = make_offsets(rng)
     n = int(off[-1])
     dt = np.dtype(dtype)
@@ -130,7 +97,7 @@ def test_sum_mixed_lengths(dtype, rng, small_tiles):
 
 
 @pytest.mark.parametrize("odt", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_offsets_every_integer_width(odt, rng, small_tiles):
+def test_offsets_every_integer_width(odt, rng, seg_small_tiles):
     top = 120 if np.dtype(odt).itemsize == 1 else 500
     lens = rng.choice(np.array([0, 1, 2, 7, 30]), size=200)
     off = np.concatenate([[0], np.cumsum(lens)])
@@ -141,7 +108,7 @@ def test_offsets_every_integer_width(odt, rng, small_tiles):
     assert r.tolist() == ref
 
 
-def test_empty_segments(rng, small_tiles):
+def test_empty_segments(rng, seg_small_tiles):
     # Only empty segments, with and without values around them; none at all.
     v = rng.standard_normal(50).astype(np.float32)
     for off in (np.zeros(7, np.int64), np.full(130, 20, np.int64), np.array([50, 50], np.int64)):
@@ -184,7 +151,7 @@ def test_one_huge_segment(rng, monkeypatch):
     assert np.array_equal(r, ref_reduceat(np.maximum, f, off, -np.inf))
 
 
-def test_nan_values(rng, small_tiles):
+def test_nan_values(rng, seg_small_tiles):
     off = make_offsets(rng)
     v = rng.standard_normal(int(off[-1])).astype(np.float32)
     v[rng.random(v.size) < 0.02] = np.nan
@@ -200,7 +167,7 @@ def test_nan_values(rng, small_tiles):
 # --- operators: order, tuples, init, identities ------------------------------------------------------
 
 @pytest.mark.parametrize("with_identity", (True, False))
-def test_noncommutative_affine(with_identity, rng, small_tiles):
+def test_noncommutative_affine(with_identity, rng, seg_small_tiles):
     off = make_offsets(rng)
     n = int(off[-1])
     a = rng.choice(np.array([-1, 1], np.int64), n)
@@ -219,7 +186,7 @@ def test_noncommutative_affine(with_identity, rng, small_tiles):
         assert (ra[i], rb[i]) == want, i
 
 
-def test_init_folded_in_front(rng, small_tiles):
+def test_init_folded_in_front(rng, seg_small_tiles):
     off = make_offsets(rng)
     v = rng.integers(0, 9, int(off[-1])).astype(np.int32)
     r = host(seg.segmented_reduce(dev(v), dev(off), init=100))
@@ -230,7 +197,7 @@ def test_init_folded_in_front(rng, small_tiles):
     assert r.tolist() == ref
 
 
-def test_tuple_argmin(rng, small_tiles):
+def test_tuple_argmin(rng, seg_small_tiles):
     off = make_offsets(rng)
     n = int(off[-1])
     v = rng.integers(0, 20, n).astype(np.float32)         # ties: the first index wins
@@ -244,7 +211,7 @@ def test_tuple_argmin(rng, small_tiles):
             assert rv[i] == np.inf and ri[i] == np.iinfo(np.int64).max
 
 
-def test_plain_function_and_dtype(rng, small_tiles):
+def test_plain_function_and_dtype(rng, seg_small_tiles):
     off = make_offsets(rng)
     v = rng.standard_normal(int(off[-1])).astype(np.float32)
     r = host(seg.segmented_reduce(dev(v), dev(off), dtype=np.float64))
@@ -259,7 +226,7 @@ def test_plain_function_and_dtype(rng, small_tiles):
     assert r.tolist() == ref_fold(b, off, lambda x, lo, hi: bool(x[lo:hi].any()), False)
 
 
-def test_offsets_subrange(rng, small_tiles):
+def test_offsets_subrange(rng, seg_small_tiles):
     """offsets[0] > 0 and offsets[-1] < len(values): the values outside are ignored."""
     off = make_offsets(rng, start=17)
     v = rng.integers(-5, 5, int(off[-1]) + 23).astype(np.int64)
@@ -267,7 +234,7 @@ def test_offsets_subrange(rng, small_tiles):
     assert np.array_equal(r, ref_reduceat(np.add, v, off, 0))
 
 
-def test_strided_values(rng, small_tiles):
+def test_strided_values(rng, seg_small_tiles):
     """A non-contiguous values view (every other element) and strided offsets."""
     off = make_offsets(rng, count=6)
     v = rng.integers(-9, 10, 2 * int(off[-1])).astype(np.int64)
@@ -276,7 +243,7 @@ def test_strided_values(rng, small_tiles):
     assert np.array_equal(r, ref_reduceat(np.add, v[::2].copy(), off, 0))
 
 
-def test_repeated_calls_reuse_state(rng, small_tiles):
+def test_repeated_calls_reuse_state(rng, seg_small_tiles):
     """The look-back flags are reused launch after launch (a new epoch each)."""
     for count in (3, 9, 5):
         off = make_offsets(rng, count=count)
@@ -371,7 +338,7 @@ def ref_runs(keys, values, fold):
 
 
 @pytest.mark.parametrize("kdt", INT_DTYPES + (np.bool_,), ids=lambda d: np.dtype(d).name)
-def test_reduce_by_key_key_widths(kdt, rng, small_tiles):
+def test_reduce_by_key_key_widths(kdt, rng, seg_small_tiles):
     keys = runs_of(rng, 25 if SIMULATOR else 100_000, kdt)
     values = rng.integers(-100, 100, len(keys)).astype(np.int32)
     uk, tot = host(seg.reduce_by_key(dev(keys), dev(values)))
@@ -380,7 +347,7 @@ def test_reduce_by_key_key_widths(kdt, rng, small_tiles):
     assert np.array_equal(uk, rk) and tot.tolist() == rt
 
 
-def test_reduce_by_key_float_keys_nan(rng, small_tiles):
+def test_reduce_by_key_float_keys_nan(rng, seg_small_tiles):
     keys = runs_of(rng, 20, np.float32)
     keys[rng.random(len(keys)) < 0.1] = np.nan          # NaN != NaN: each NaN its own run
     values = rng.standard_normal(len(keys))
@@ -390,7 +357,7 @@ def test_reduce_by_key_float_keys_nan(rng, small_tiles):
     assert np.array_equal(tot, np.array(rt))
 
 
-def test_reduce_by_key_noncommutative_tuple_keys(rng, small_tiles):
+def test_reduce_by_key_noncommutative_tuple_keys(rng, seg_small_tiles):
     k1 = runs_of(rng, 20, np.int32)
     k2 = (np.arange(len(k1)) // 7).astype(np.int16)     # runs end where either field changes
     n = len(k1)
@@ -405,7 +372,7 @@ def test_reduce_by_key_noncommutative_tuple_keys(rng, small_tiles):
     assert list(zip(ta.tolist(), tb.tolist())) == [wrap_affine(a, b, s, e) for s, e in zip(starts, ends)]
 
 
-def test_reduce_by_key_edges(rng, small_tiles):
+def test_reduce_by_key_edges(rng, seg_small_tiles):
     # empty, one run, all distinct, a key coming back (a new run, as in thrust)
     uk, tot = host(seg.reduce_by_key(dev(np.zeros(0, np.int32)), dev(np.zeros(0, np.float32))))
     assert uk.shape == (0,) and tot.shape == (0,) and tot.dtype == np.float32

@@ -13,13 +13,13 @@ import importlib
 
 import numpy as np
 import pytest
-from conftest import SIMULATOR, gpu_only
+from conftest import AFFINE, AFFINE_NO_IDENTITY, SIMULATOR, gpu_only, poison_allocations
+from conftest import affine as _affine
 from conftest import to_device as dev
 from conftest import to_host as host
 from numba import cuda
 
 import cufold
-from cufold.host import arrays as _arrays
 from cufold.values import ValueType
 
 S = importlib.import_module("cufold.device.segscan")
@@ -31,36 +31,10 @@ LENGTHS = (0, 1, 31, 33, 1025)
 MANY = 1 if SIMULATOR else 300
 
 
-def _affine(p, q):
-    """(a, b) o (c, d) = (a c, b c + d): x -> a x + b then x -> c x + d; not commutative."""
-    return (p[0] * q[0], p[1] * q[0] + q[1])
-
-
-AFFINE = cufold.Op(_affine, identity=(1, 0), name="affine")
-AFFINE_NO_IDENTITY = cufold.Op(_affine, name="affine_no_identity")
-
-
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
     """Every array the library allocates starts full of a value no result holds."""
-    real = _arrays.empty
-
-    def empty(like, shape, dtype, stream=None):
-        obj, arr = real(like, shape, dtype, stream)
-        if arr.size and hasattr(obj, "copy_to_device"):
-            dt = np.dtype(dtype)
-            bad = dt.type(-12345.5) if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max - 3)
-            obj.copy_to_device(np.full(arr.shape, bad, dt))
-        return obj, arr
-
-    monkeypatch.setattr(_arrays, "empty", empty)
-
-
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Simulator: one-warp tiles of 32 threads x 4 items (simulate fastest)."""
-    if SIMULATOR:
-        monkeypatch.setenv("CUFOLD_SEG_TILE", "32x4")
+    poison_allocations(monkeypatch)
 
 
 # --- references ---------------------------------------------------------------------------------
@@ -140,7 +114,7 @@ def mixed_lengths(rng, count):
 # --- segmented_scan: sums, maxima, lengths ---------------------------------------------------------
 
 @pytest.mark.parametrize("exclusive", (False, True))
-def test_sum_lengths(exclusive, rng, small_tiles):
+def test_sum_lengths(exclusive, rng, seg_small_tiles):
     """Segments of 0, 1, 31, 33 and 1025 values, with and without init."""
     lens = np.concatenate([np.array(LENGTHS), mixed_lengths(rng, 10 * MANY)])
     rng.shuffle(lens)
@@ -155,7 +129,7 @@ def test_sum_lengths(exclusive, rng, small_tiles):
     assert np.array_equal(r, ref_ufunc(np.add, v, heads, exclusive, init=7))
 
 
-def test_float_sums_and_maxima(rng, small_tiles):
+def test_float_sums_and_maxima(rng, seg_small_tiles):
     lens = mixed_lengths(rng, 14 * MANY)
     off = offsets_of(lens)
     n = int(off[-1])
@@ -200,7 +174,7 @@ def test_one_huge_segment(rng, monkeypatch):
     assert np.array_equal(r, ref_ufunc(np.maximum, f, heads, True, init=-np.inf))
 
 
-def test_empty_segments_everywhere(rng, small_tiles):
+def test_empty_segments_everywhere(rng, seg_small_tiles):
     """Many empty segments at one position (whole tiles of segment starts only), at
     the start, the end and between values; offsets of one entry; no values."""
     v = rng.integers(-9, 10, 70).astype(np.int64)
@@ -216,7 +190,7 @@ def test_empty_segments_everywhere(rng, small_tiles):
 
 
 @pytest.mark.parametrize("before", (3, 2, 1))
-def test_start_at_a_tile_edge(before, rng, small_tiles):
+def test_start_at_a_tile_edge(before, rng, seg_small_tiles):
     """A segment start that ends a tile's path (``before == 2``: start 0, then
     ``NV - 2`` values, then the start at ``NV - 2`` as the tile's last path item)
     while its value opens the next tile; and its neighbours."""
@@ -229,7 +203,7 @@ def test_start_at_a_tile_edge(before, rng, small_tiles):
     assert np.array_equal(host(cufold.segmented_scan(dev(v), dev(off))), ref_ufunc(np.add, v, heads))
 
 
-def test_offsets_subrange(rng, small_tiles):
+def test_offsets_subrange(rng, seg_small_tiles):
     """offsets[0] > 0 and offsets[-1] < len(values): the values before and after form
     two more segments (the scan restarts at every offset)."""
     off = offsets_of(mixed_lengths(rng, 6 * MANY), start=17)
@@ -241,7 +215,7 @@ def test_offsets_subrange(rng, small_tiles):
 
 
 @pytest.mark.parametrize("odt", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_offsets_every_integer_width(odt, rng, small_tiles):
+def test_offsets_every_integer_width(odt, rng, seg_small_tiles):
     top = 120 if np.dtype(odt).itemsize == 1 else 300
     off = offsets_of(rng.choice(np.array([0, 1, 2, 7, 33]), size=60))
     off = off[off <= top].astype(odt)
@@ -262,7 +236,7 @@ def run_keys(rng, kdt, n, mean_run=6):
 
 
 @pytest.mark.parametrize("kdt", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_by_key_every_integer_width(kdt, rng, small_tiles):
+def test_by_key_every_integer_width(kdt, rng, seg_small_tiles):
     n = 300
     k = run_keys(rng, kdt, n)
     v = rng.integers(-20, 20, n).astype(np.int32)
@@ -273,7 +247,7 @@ def test_by_key_every_integer_width(kdt, rng, small_tiles):
     assert np.array_equal(r, ref_ufunc(np.add, v, heads, True, init=-4))
 
 
-def test_by_key_long_runs_and_float_keys(rng, small_tiles):
+def test_by_key_long_runs_and_float_keys(rng, seg_small_tiles):
     """Runs of 1, 31, 33 and 1025 keys; float keys with NaN (each NaN its own run)."""
     lens = np.array([1, 31, 33, 1025, 1, 1, 33])
     k = np.repeat(np.arange(lens.size) % 3, lens).astype(np.float32)
@@ -286,7 +260,7 @@ def test_by_key_long_runs_and_float_keys(rng, small_tiles):
     assert np.array_equal(r, ref_ufunc(np.add, v, heads, True))
 
 
-def test_by_key_tuple_keys(rng, small_tiles):
+def test_by_key_tuple_keys(rng, seg_small_tiles):
     """Tuple keys: one key where every field is equal."""
     n = 200
     a = run_keys(rng, np.int32, n, 8)
@@ -300,7 +274,7 @@ def test_by_key_tuple_keys(rng, small_tiles):
 # --- operators: order, tuples, identities, dtypes ---------------------------------------------------
 
 @pytest.mark.parametrize("exclusive", (False, True))
-def test_noncommutative_tuple_values(exclusive, rng, small_tiles):
+def test_noncommutative_tuple_values(exclusive, rng, seg_small_tiles):
     """The affine maps (a, b), combined in sequence order, over offsets and by key."""
     lens = np.concatenate([[33, 0, 1, 31], mixed_lengths(rng, 3 if SIMULATOR else 60)])
     off = offsets_of(lens)
@@ -318,7 +292,7 @@ def test_noncommutative_tuple_values(exclusive, rng, small_tiles):
     assert list(zip(ra.tolist(), rb.tolist())) == ref_fold(_affine, (a, b), heads, exclusive, init)
 
 
-def test_builtin_operators_on_tuples_and_bools(rng, small_tiles):
+def test_builtin_operators_on_tuples_and_bools(rng, seg_small_tiles):
     """cufold.argmin over (value, index) pairs (a running argmin, ties to the first) and
     cufold.logical_or over bools (a running "any"), per segment."""
     off = offsets_of(np.concatenate([[0, 33, 1], mixed_lengths(rng, 5 * MANY)]))
@@ -336,7 +310,7 @@ def test_builtin_operators_on_tuples_and_bools(rng, small_tiles):
     assert r.dtype == np.bool_ and np.array_equal(r, ref_ufunc(np.logical_or, b, heads))
 
 
-def test_operator_without_identity(rng, small_tiles):
+def test_operator_without_identity(rng, seg_small_tiles):
     """Inclusive scans need no identity; exclusive ones then need init."""
     off = offsets_of([5, 0, 40, 2])
     n = int(off[-1])
@@ -358,7 +332,7 @@ def test_operator_without_identity(rng, small_tiles):
     assert list(zip(ra.tolist(), rb.tolist())) == want
 
 
-def test_dtypes_strides_and_plain_functions(rng, small_tiles):
+def test_dtypes_strides_and_plain_functions(rng, seg_small_tiles):
     off = offsets_of(mixed_lengths(rng, 6 * MANY))
     n = int(off[-1])
     heads = heads_from_offsets(off, n)
@@ -380,7 +354,7 @@ def test_dtypes_strides_and_plain_functions(rng, small_tiles):
     assert np.array_equal(r, ref_ufunc(np.add, w[::2], heads))
 
 
-def test_repeated_calls_reuse_state(rng, small_tiles):
+def test_repeated_calls_reuse_state(rng, seg_small_tiles):
     """The look-back flags are reused launch after launch (a new epoch each)."""
     for count in (3, 9, 5):
         off = offsets_of(rng.choice(np.array([0, 1, 31, 33]), size=count))

@@ -33,13 +33,14 @@ import argparse
 import datetime
 import itertools
 import math
+import operator
 import sys
-import traceback
 
 import numpy as np
 
 from . import report as R
-from .runner import time_events
+from .report import gpu_us
+from .runner import add_run_options, checked_timing, copy_bandwidth, run_and_save, time_after_warmup
 from .timing import Settings
 
 __all__ = ["LAYOUTS", "REDUCTIONS", "cases", "touched_bytes", "main"]
@@ -180,13 +181,6 @@ def _calls(env, reduction, axis):
     return out
 
 
-def _time(clock, fn, args, settings, rec):
-    for _ in range(settings.warmup):
-        fn(args[0])
-    clock.sync()
-    return time_events(clock, fn, args, settings, rec)
-
-
 def run(env, backend, layouts, reductions, settings, progress=True, log=None):
     from .runner import Progress
     torch = env.get("torch")
@@ -197,12 +191,7 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
     rng = np.random.default_rng(settings.seed)
     records = []
     # copy bandwidth: read + write of 256 MiB
-    src = torch.empty(1 << 26, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    rec = {}
-    st = _time(backend.clock, lambda p: p[1].copy_(p[0]), [(src, dst)], settings, rec)
-    copy_bw = 2 * src.numel() * 4 / (st["median"] * 1e-6)
-    del src, dst
+    copy_bw = copy_bandwidth(torch, backend, settings)
     todo = cases(layouts, reductions)
     bar = Progress(len(todo), enabled=progress, stream=log)
     bases = {}
@@ -231,24 +220,13 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
         calls = _calls(env, reduction, axis)
         for label, fn in calls.items():
             lib_views = views if label != "cupy" else [cupy.asarray(v) for v in views]
-            rec = {"label": label}
-            try:
-                got = backend.fetch(fn(lib_views[0]))
-                ok, why = _check(got, ref, hv, axis, reduction)
-                if not ok:
-                    rec.update(status="mismatch", note=why)
-                else:
-                    _time(backend.clock, fn, lib_views, settings, rec)
-                    rec["status"] = "ok"
-            except Exception as e:                        # noqa: BLE001 (reported, the run goes on)
-                rec.update(status="error", note="%s: %s" % (type(e).__name__, str(e)[:200]),
-                           traceback=traceback.format_exc(limit=4))
-            row[label] = rec
+            row[label] = checked_timing(backend, label, fn, lib_views,
+                                        lambda got: _check(got, ref, hv, axis, reduction), settings)
         if row["full_noncontig"]:
             copies = [v.contiguous() for v in views]
             rec = {"label": "copy"}
             try:
-                _time(backend.clock, calls["cufold"], copies, settings, rec)
+                time_after_warmup(backend.clock, calls["cufold"], copies, settings, rec)
                 rec["status"] = "ok"
             except Exception as e:                        # noqa: BLE001
                 rec.update(status="error", note="%s: %s" % (type(e).__name__, e))
@@ -264,37 +242,27 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
     return results
 
 
-def _us(row, label):
-    r = row.get(label)
-    return r.get("gpu_us") if r and r.get("status") == "ok" else None
-
-
 def evaluate(results):
     """The targets: [{name, status, worst, misses}]."""
     rows = results["records"]
     out = []
 
     def target(name, items, threshold, better):
-        vals = [(v, what) for v, what in items if v is not None]
-        misses = [(v, what) for v, what in vals if not better(v, threshold)]
-        worst = min(vals)[0] if vals and better(2, 1) else (max(vals)[0] if vals else None)
-        out.append({"name": name, "status": "PASS" if vals and not misses else ("MISS" if vals else "n/a"),
-                    "cases": len(vals), "misses": len(misses), "worst": worst,
-                    "missed": ["%s %.2f" % (w, v) for v, w in sorted(misses)[:8]]})
+        out.append(R.case_target(name, items, threshold, better))
 
     def what(r):
         return "%s axis=%s %s" % (r["layout"], r["axis"], r["reduction"])
 
-    ge = lambda v, t: v >= t                                                  # noqa: E731
-    le = lambda v, t: v <= t                                                  # noqa: E731
+    ge, le = operator.ge, operator.le
     target("every case >= %.1fx torch" % TARGET_VS_TORCH,
-           [((_us(r, "torch") / _us(r, "cufold")) if _us(r, "torch") and _us(r, "cufold") else None, what(r))
+           [((gpu_us(r, "torch") / gpu_us(r, "cufold")) if gpu_us(r, "torch") and gpu_us(r, "cufold") else None,
+             what(r))
             for r in rows], TARGET_VS_TORCH, ge)
     target("reduced data contiguous: >= %d%% of the floor" % (TARGET_FLOOR * 100),
-           [((r["floor_us"] / _us(r, "cufold")) if _us(r, "cufold") else None, what(r))
+           [((r["floor_us"] / gpu_us(r, "cufold")) if gpu_us(r, "cufold") else None, what(r))
             for r in rows if r["contiguous_data"]], TARGET_FLOOR, ge)
     target("full reduction of a non-contiguous view <= %.1fx its contiguous copy" % TARGET_FULL_VS_COPY,
-           [((_us(r, "cufold") / _us(r, "copy")) if _us(r, "cufold") and _us(r, "copy") else None, what(r))
+           [((gpu_us(r, "cufold") / gpu_us(r, "copy")) if gpu_us(r, "cufold") and gpu_us(r, "copy") else None, what(r))
             for r in rows if r["full_noncontig"]], TARGET_FULL_VS_COPY, le)
     return out
 
@@ -306,24 +274,17 @@ def format_results(results):
                  "layout", "axis", "op", "cufold plan", "cufold", "torch", "cupy", "xtorch", "xcupy",
                  "%floor", "xcopy")]
     for r in results["records"]:
-        cf, tt, cp, cc = (_us(r, k) for k in ("cufold", "torch", "cupy", "copy"))
-
-        def f(v):
-            return "%9.1f" % v if v else "%9s" % "-"
+        cf, tt, cp, cc = (gpu_us(r, k) for k in ("cufold", "torch", "cupy", "copy"))
+        f, flags = R.us_cell, R.failure_flags(r, ("cufold", "torch", "cupy"))
 
         def ratio(a, b):
-            return "%7.2f" % (a / b) if a and b else "%7s" % "-"
-        flags = "".join(" [%s: %s]" % (k, r[k]["status"]) for k in ("cufold", "torch", "cupy")
-                        if k in r and r[k].get("status") != "ok")
+            return R.ratio_cell(a, b, 7)
         lines.append("%-20s %-7s %-6s %-15s %s %s %s %s %s %7s %s%s" % (
             r["layout"], str(r["axis"]).replace(" ", ""), r["reduction"], r["plan"][:15], f(cf), f(tt), f(cp),
             ratio(tt, cf), ratio(cp, cf), "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-",
             ratio(cf, cc) if cc else "", flags))
     lines += ["", "targets:"]
-    for t in results["targets_evaluated"]:
-        lines.append("  %-4s %s: %d cases, %d misses, worst %s%s" % (
-            t["status"], t["name"], t["cases"], t["misses"], "%.2f" % t["worst"] if t["worst"] else "-",
-            ("; missed: " + ", ".join(t["missed"])) if t["missed"] else ""))
+    lines += R.case_target_lines(results["targets_evaluated"])
     return "\n".join(lines)
 
 
@@ -332,12 +293,7 @@ def build_parser():
                                 description="Axis reductions and non-contiguous views vs torch and CuPy.")
     p.add_argument("--layouts", default=None, help="comma list of bases or layouts (A, y, z, A.T, ...)")
     p.add_argument("--reductions", default=",".join(REDUCTIONS))
-    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/axes-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print the cases and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "axes", dry_run="print the cases and exit (no GPU needed)")
 
 
 def _select(spec):
@@ -366,25 +322,15 @@ def main(argv=None, stdout=None, stderr=None):
         for c in todo:
             out.write("  %s axis=%s %s\n" % c)
         return 0
-    from . import backends, open_backend
+    from . import backends
     env = backends.probe()
     if env.get("torch") is None:
         err.write("cufold bench axes: needs torch with CUDA (the data and the copy bandwidth)\n")
         return 2
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "axes", info.get("name"))
-    err.write("cufold bench axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
-    results = run(env, backend, layouts, reductions, settings, progress=not args.no_progress, log=err)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    bad = [r for r in results["records"] for k in ("cufold",) if r.get(k, {}).get("status") != "ok"]
-    return 1 if bad else 0
+    return run_and_save("axes", env, args, argv, out, err, "%d cases" % len(todo),
+                        lambda backend, info: run(env, backend, layouts, reductions, settings,
+                                                  progress=not args.no_progress, log=err),
+                        format_results, lambda r: r.get("cufold", {}).get("status") != "ok")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -47,7 +47,7 @@ import numpy as np
 
 from . import report as R
 from .backends import SharedCopies, Skip
-from .runner import time_events
+from .runner import add_run_options, run_and_save, time_events
 from .timing import Settings, estimate_seconds
 
 __all__ = ["ORDERS", "TASKS", "power_law_keys", "candidates", "run", "evaluate", "format_results", "main"]
@@ -432,9 +432,6 @@ def evaluate(results):
     return out
 
 
-_STATUS = {"mismatch": "MISMATCH", "error": "ERROR", "skipped": "skip"}
-
-
 def format_results(results):
     m = results["meta"]
     head = [ln for ln in R.format_header(results).splitlines() if not ln.startswith(("us:", "GB/s ="))]
@@ -449,15 +446,8 @@ def format_results(results):
                   and (r["task"] == task or (task == "argmax" and r["task"] == "max"))]
             if not rs:
                 continue
-            base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None
             lines.append("  -- %s" % task)
-            for r in rs:
-                if r["status"] != "ok":
-                    lines.append("  %-*s %9s %7s  %s" % (w, r["label"], _STATUS.get(r["status"], r["status"]), "",
-                                                         r.get("note", "")))
-                    continue
-                x = "%.2f" % (r["gpu_us"] / base) if base else "-"
-                lines.append("  %-*s %9s %7s  %s" % (w, r["label"], R._fmt_us(r["gpu_us"]), x, r.get("note", "")))
+            lines += R.task_rows(rs, w)
     t = R.format_targets(evaluate(results), "bykey-tuple")
     if t:
         lines += ["", t]
@@ -473,14 +463,7 @@ def build_parser():
     p.add_argument("--keys", type=int, default=N_DEFAULT, help="N, keys (default 200000)")
     p.add_argument("--orders", default=",".join(ORDERS), help="comma list of %s" % ", ".join(ORDERS))
     p.add_argument("--tasks", default=",".join(TASKS), help="comma list of %s" % ", ".join(TASKS))
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--full", action="store_true", help="the same as the default (the issue's shapes)")
-    mode.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/bykey-tuple-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print what would run and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "bykey-tuple", full="the same as the default (the issue's shapes)")
 
 
 def main(argv=None, stdout=None, stderr=None):
@@ -512,22 +495,11 @@ def main(argv=None, stdout=None, stderr=None):
         out.write(format_estimate(estimate_seconds(settings, len(orders) * len(cands), 0, [c.lib for c in cands],
                                                    len(orders) * args.values * 40)))
         return 0
-    from . import open_backend
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "bykey-tuple", info.get("name"))
-    err.write("cufold bench bykey-tuple on %s: E=%d, N=%d -> %s\n" % (info.get("name"), args.values, args.keys,
-                                                                      out_dir))
-    results = run(env, backend, orders, tasks, args.values, args.keys, settings, progress=not args.no_progress,
-                  log=err, device_info=info)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    return 1 if any(r["status"] == "mismatch" for r in results["records"]) else 0
+    return run_and_save(
+        "bykey-tuple", env, args, argv, out, err, "E=%d, N=%d" % (args.values, args.keys),
+        lambda backend, info: run(env, backend, orders, tasks, args.values, args.keys, settings,
+                                  progress=not args.no_progress, log=err, device_info=info),
+        format_results, lambda r: r["status"] == "mismatch")
 
 
 if __name__ == "__main__":  # pragma: no cover

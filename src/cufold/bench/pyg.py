@@ -49,7 +49,7 @@ import numpy as np
 from . import report as R
 from .backends import Skip
 from .bykey_tuple import power_law_keys
-from .runner import time_events
+from .runner import add_run_options, run_and_save, time_events
 from .timing import Settings, estimate_seconds
 
 __all__ = ["ORDERS", "FEATURES", "candidates", "run", "evaluate", "format_results", "main"]
@@ -373,9 +373,6 @@ def evaluate(results):
     return out
 
 
-_STATUS = {"mismatch": "MISMATCH", "error": "ERROR", "skipped": "skip"}
-
-
 def format_results(results):
     m = results["meta"]
     head = [ln for ln in R.format_header(results).splitlines() if not ln.startswith(("us:", "GB/s ="))]
@@ -391,16 +388,7 @@ def format_results(results):
                 rs = [r for r in recs if r["F"] == F and r["case"] == order and r["task"] == task]
                 if not rs:
                     continue
-                base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None
-                for r in rs:
-                    if r["status"] != "ok":
-                        lines.append("  %-*s %9s %7s %7s  %s" % (w, r["label"], _STATUS.get(r["status"], r["status"]),
-                                                                 "", "", r.get("note", "")))
-                        continue
-                    x = "%.2f" % (r["gpu_us"] / base) if base else "-"
-                    gbps = m["e"] * F * 4 / (r["gpu_us"] * 1e3)
-                    lines.append("  %-*s %9s %7.0f %7s  %s" % (w, r["label"], R._fmt_us(r["gpu_us"]), gbps, x,
-                                                               r.get("note", "")))
+                lines += R.task_rows(rs, w, lambda r: m["e"] * F * 4 / (r["gpu_us"] * 1e3))
     t = R.format_targets(evaluate(results), "pyg")
     if t:
         lines += ["", t]
@@ -417,14 +405,7 @@ def build_parser():
     p.add_argument("--features", default=",".join(map(str, FEATURES)), help="comma list of F (default 1,16,64,256)")
     p.add_argument("--orders", default=",".join(ORDERS), help="comma list of %s" % ", ".join(ORDERS))
     p.add_argument("--only", default=None, help="comma list of candidate labels (substrings) to run")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--full", action="store_true", help="the same as the default (the issue's shapes)")
-    mode.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/pyg-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print what would run and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "pyg", full="the same as the default (the issue's shapes)")
 
 
 def main(argv=None, stdout=None, stderr=None):
@@ -464,22 +445,11 @@ def main(argv=None, stdout=None, stderr=None):
         out.write(format_estimate(estimate_seconds(settings, points, 0, [c.lib for c in cands] * 2,
                                                    args.edges * sum(4 * f + 16 for f in features))))
         return 0
-    from . import open_backend
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "pyg", info.get("name"))
-    err.write("cufold bench pyg on %s: E=%d, N=%d, F=%s -> %s\n" % (info.get("name"), args.edges, args.nodes,
-                                                                  ",".join(map(str, features)), out_dir))
-    results = run(env, backend, orders, features, args.edges, args.nodes, settings, progress=not args.no_progress,
-                  log=err, device_info=info, cands=cands)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    return 1 if any(r["status"] == "mismatch" for r in results["records"]) else 0
+    return run_and_save(
+        "pyg", env, args, argv, out, err, "E=%d, N=%d, F=%s" % (args.edges, args.nodes, ",".join(map(str, features))),
+        lambda backend, info: run(env, backend, orders, features, args.edges, args.nodes, settings,
+                                  progress=not args.no_progress, log=err, device_info=info, cands=cands),
+        format_results, lambda r: r["status"] == "mismatch")
 
 
 if __name__ == "__main__":  # pragma: no cover

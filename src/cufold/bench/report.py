@@ -384,6 +384,66 @@ def format_targets(evals, suite=""):
     return "\n".join(lines)
 
 
+def task_rows(rs, width, gbps=None):
+    """The lines of one task's records in a by-key suite's table: label, us (or the status),
+    GB/s (``gbps(record)``, where given), x = us / the first record's us, note."""
+    base = rs[0].get("gpu_us") if rs[0]["status"] == "ok" else None
+    lines = []
+    for r in rs:
+        if r["status"] != "ok":
+            blank = ("", "") if gbps else ("",)
+            lines.append(("  %-*s %9s" + " %7s" * len(blank) + "  %s")
+                         % ((width, r["label"], _STATUS.get(r["status"], r["status"])) + blank + (r.get("note", ""),)))
+            continue
+        x = "%.2f" % (r["gpu_us"] / base) if base else "-"
+        if gbps:
+            lines.append("  %-*s %9s %7.0f %7s  %s" % (width, r["label"], _fmt_us(r["gpu_us"]), gbps(r), x,
+                                                       r.get("note", "")))
+        else:
+            lines.append("  %-*s %9s %7s  %s" % (width, r["label"], _fmt_us(r["gpu_us"]), x, r.get("note", "")))
+    return lines
+
+
+def gpu_us(row, label):
+    """The GPU time (us) of ``row[label]`` where it ran ok, else None (the suites whose
+    records hold one entry per library)."""
+    r = row.get(label)
+    return r.get("gpu_us") if r and r.get("status") == "ok" else None
+
+
+def case_target(name, items, threshold, better):
+    """One target over cases: ``items`` ``(value, case)`` (None: not measured), each to be
+    ``better(value, threshold)``; ``{name, status, cases, misses, worst, missed}``."""
+    vals = [(v, w) for v, w in items if v is not None]
+    misses = [(v, w) for v, w in vals if not better(v, threshold)]
+    worst = (min(vals)[0] if better(2, 1) else max(vals)[0]) if vals else None
+    return {"name": name, "status": "PASS" if vals and not misses else ("MISS" if vals else "n/a"),
+            "cases": len(vals), "misses": len(misses), "worst": worst,
+            "missed": ["%s %.2f" % (w, v) for v, w in sorted(misses)[:8]]}
+
+
+def us_cell(t):
+    """A 9-wide table cell of a time in us (``-``: none)."""
+    return "%9.1f" % t if t else "%9s" % "-"
+
+
+def ratio_cell(a, b, width):
+    """A table cell of ``a / b`` (``-`` where either is missing)."""
+    return "%*.2f" % (width, a / b) if a and b else "%*s" % (width, "-")
+
+
+def failure_flags(row, libs):
+    """`` [lib: status]`` for each of ``libs`` in ``row`` that did not run ok."""
+    return "".join(" [%s: %s]" % (k, row[k]["status"]) for k in libs if k in row and row[k].get("status") != "ok")
+
+
+def case_target_lines(targets):
+    """The lines of :func:`case_target` results."""
+    return ["  %-4s %s: %d cases, %d misses, worst %s%s" % (
+        t["status"], t["name"], t["cases"], t["misses"], "%.2f" % t["worst"] if t["worst"] else "-",
+        ("; missed: " + ", ".join(t["missed"])) if t["missed"] else "") for t in targets]
+
+
 # --- files ---------------------------------------------------------------------------
 def slug(text):
     s = re.sub(r"[^A-Za-z0-9._+-]+", "-", str(text or "unknown-gpu")).strip("-")

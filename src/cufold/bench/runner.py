@@ -70,6 +70,41 @@ def suite_meta(suite, env, backend, info, settings, started, **extra):
     return meta
 
 
+def add_run_options(p, suite, full=None, dry_run="print what would run and exit (no GPU needed)"):
+    """The options of a suite with its own driver: ``--quick`` (and, with ``full`` as its
+    help, ``--full``, one or the other), ``--out``, ``--no-progress``, ``--dry-run``, ``--seed``."""
+    mode = p.add_mutually_exclusive_group() if full else p
+    if full:
+        mode.add_argument("--full", action="store_true", help=full)
+    mode.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
+    p.add_argument("--out", default=None, help="output directory (default bench/results/%s-<gpu>-<date>)" % suite)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help=dry_run)
+    p.add_argument("--seed", type=int, default=None)
+    return p
+
+
+def run_and_save(suite, env, args, argv, out, err, describe, run, format_results, failed):
+    """The end of a suite driver's ``main``: opens the GPU, runs ``run(backend, info)`` (the
+    results), prints and saves them; the exit status (2: no GPU; 1: a record ``failed``;
+    else 0). ``describe``: what runs, for the log line."""
+    from . import open_backend
+    from . import report as R
+    backend = open_backend(env, err)
+    if backend is None:
+        return 2
+    info = backend.device_info()
+    out_dir = R.make_out_dir(args.out, suite, info.get("name"))
+    err.write("cufold bench %s on %s: %s -> %s\n" % (suite, info.get("name"), describe, out_dir))
+    results = run(backend, info)
+    results["meta"]["argv"] = list(argv or [])
+    text = format_results(results)
+    out.write(text + "\n")
+    R.save_results(results, text, out_dir)
+    err.write("wrote %s: results.json, table.txt\n" % out_dir)
+    return 1 if any(failed(r) for r in results["records"]) else 0
+
+
 class Progress:
     """tqdm on stderr when importable (and enabled), else a plain counter."""
 
@@ -385,6 +420,41 @@ def run_suite(suite, cases, backend, env, sizes, settings, progress=True, log=No
         _run_sizes(suite, cases, backend, env, sizes, settings, l2, bar, records, said, save)
     bar.close()
     return results(False)
+
+
+def time_after_warmup(clock, fn, args, settings, rec):
+    """:func:`time_events` after ``settings.warmup`` untimed calls (and a sync)."""
+    for _ in range(settings.warmup):
+        fn(args[0])
+    clock.sync()
+    return time_events(clock, fn, args, settings, rec)
+
+
+def copy_bandwidth(torch, backend, settings):
+    """Bytes per second of a 256 MiB device copy (read + write), event-timed."""
+    src = torch.empty(1 << 26, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    st = time_after_warmup(backend.clock, lambda p: p[1].copy_(p[0]), [(src, dst)], settings, {})
+    return 2 * src.numel() * 4 / (st["median"] * 1e-6)
+
+
+def checked_timing(backend, label, fn, args, check, settings):
+    """The record of library ``label``: ``fn(args[0])`` fetched and checked (``check(got)
+    -> (ok, why)``), then event-timed over ``args``; a mismatch or an error is recorded,
+    the run goes on."""
+    rec = {"label": label}
+    try:
+        got = backend.fetch(fn(args[0]))
+        ok, why = check(got)
+        if not ok:
+            rec.update(status="mismatch", note=why)
+        else:
+            time_after_warmup(backend.clock, fn, args, settings, rec)
+            rec["status"] = "ok"
+    except Exception as e:                        # noqa: BLE001 (reported, the run goes on)
+        rec.update(status="error", note="%s: %s" % (type(e).__name__, str(e)[:200]),
+                   traceback=traceback.format_exc(limit=4))
+    return rec
 
 
 def time_events(clock, fn, args, settings, rec):

@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import operator
 import sys
 import time
-import traceback
 
 import numpy as np
 
 from . import report as R
-from .runner import time_events
+from .report import gpu_us
+from .runner import add_run_options, checked_timing, copy_bandwidth, run_and_save
 from .timing import Settings
 
 __all__ = ["CASES", "cases", "evaluate", "format_results", "main"]
@@ -79,13 +80,6 @@ def _plan_text(shape, axis):
         return "%s %dx%dx%d" % (lay.kind, lay.A, lay.L, lay.C)
     except Exception as e:                       # noqa: BLE001 (a description only)
         return "? %s" % type(e).__name__
-
-
-def _time(clock, fn, args, settings, rec):
-    for _ in range(settings.warmup):
-        fn(args[0])
-    clock.sync()
-    return time_events(clock, fn, args, settings, rec)
 
 
 def _time_jax(fn, arg, settings, rec):
@@ -126,11 +120,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
     log = log or sys.stderr
     info = backend.device_info()
     rng = np.random.default_rng(settings.seed)
-    src = torch.empty(1 << 26, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    st = _time(backend.clock, lambda p: p[1].copy_(p[0]), [(src, dst)], settings, {})
-    copy_bw = 2 * src.numel() * 4 / (st["median"] * 1e-6)
-    del src, dst
+    copy_bw = copy_bandwidth(torch, backend, settings)
     affine = cufold.Op(_affine, name="affine")
     records = []
     bar = Progress(len(todo), enabled=progress, stream=log)
@@ -199,19 +189,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
                 err = np.abs(np.asarray(got, dtype=np.float64) - ref).max()
                 return err < 1e-3, "max error %.3g against a float64 loop" % err
         for label, fn in calls.items():
-            rec = {"label": label}
-            try:
-                got = backend.fetch(fn(args[0]))
-                ok, why = check(got)
-                if not ok:
-                    rec.update(status="mismatch", note=why)
-                else:
-                    _time(backend.clock, fn, args, settings, rec)
-                    rec["status"] = "ok"
-            except Exception as e:                  # noqa: BLE001 (reported, the run goes on)
-                rec.update(status="error", note="%s: %s" % (type(e).__name__, str(e)[:200]),
-                           traceback=traceback.format_exc(limit=4))
-            row[label] = rec
+            row[label] = checked_timing(backend, label, fn, args, check, settings)
         if kind == "affine":
             row["jax"] = _run_jax(args[0], check, settings, 0 if axis is None else axis)
         records.append(row)
@@ -250,11 +228,6 @@ def _run_jax(pair, check, settings, axis):
     return rec
 
 
-def _us(row, label):
-    r = row.get(label)
-    return r.get("gpu_us") if r and r.get("status") == "ok" else None
-
-
 def _what(r):
     return "%s %s%s%s" % (r["kind"], "x".join(map(str, r["shape"])),
                           "" if r["axis"] is None else " axis=%d" % r["axis"], " reverse" if r.get("reverse") else "")
@@ -266,23 +239,13 @@ def evaluate(results):
     out = []
 
     def target(name, items, threshold, better):
-        vals = [(v, w) for v, w in items if v is not None]
-        misses = [(v, w) for v, w in vals if not better(v, threshold)]
-        worst = (min(vals)[0] if better(2, 1) else max(vals)[0]) if vals else None
-        out.append({"name": name, "status": "PASS" if vals and not misses else ("MISS" if vals else "n/a"),
-                    "cases": len(vals), "misses": len(misses), "worst": worst,
-                    "missed": ["%s %.2f" % (w, v) for v, w in sorted(misses)[:8]]})
+        out.append(R.case_target(name, items, threshold, better))
 
     def ratio(r, num, den):
-        a, b = _us(r, num), _us(r, den)
+        a, b = gpu_us(r, num), gpu_us(r, den)
         return a / b if a and b else None
 
-    def ge(v, t):
-        return v >= t
-
-    def le(v, t):
-        return v <= t
-
+    ge, le = operator.ge, operator.le
     sums = [r for r in rows if r["kind"] == "cumsum"]
     aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 2]
     flat_aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 1]
@@ -290,14 +253,14 @@ def evaluate(results):
     target("cumsum >= %.1fx torch" % TARGET_VS_TORCH, [(ratio(r, "torch", "cufold"), _what(r)) for r in sums],
            TARGET_VS_TORCH, ge)
     target("cumsum >= %d%% of the floor" % (TARGET_FLOOR * 100),
-           [((r["floor_us"] / _us(r, "cufold")) if _us(r, "cufold") else None, _what(r)) for r in sums],
+           [((r["floor_us"] / gpu_us(r, "cufold")) if gpu_us(r, "cufold") else None, _what(r)) for r in sums],
            TARGET_FLOOR, ge)
     target("affine recurrence <= %.1fx the Triton kernel's time" % TARGET_VS_TRITON,
            [(ratio(r, "cufold", "triton"), _what(r)) for r in aff], TARGET_VS_TRITON, le)
     target("affine recurrence >= %.0fx jax.lax.associative_scan" % TARGET_VS_JAX,
            [(ratio(r, "jax", "cufold"), _what(r)) for r in aff], TARGET_VS_JAX, ge)
     target("1-D affine scan within %.1fx of its floor" % (1 / TARGET_1D_AFFINE_FLOOR),
-           [((r["floor_us"] / _us(r, "cufold")) if _us(r, "cufold") else None, _what(r)) for r in flat_aff],
+           [((r["floor_us"] / gpu_us(r, "cufold")) if gpu_us(r, "cufold") else None, _what(r)) for r in flat_aff],
            TARGET_1D_AFFINE_FLOOR, ge)
     target("cumsum int32 -> int64 >= %.1fx torch.cumsum" % TARGET_VS_TORCH,
            [(ratio(r, "torch", "cufold"), _what(r)) for r in wide_sums], TARGET_VS_TORCH, ge)
@@ -310,24 +273,15 @@ def format_results(results):
              "%-34s %-22s %9s %9s %9s %9s %8s %8s %7s" % (
                  "case", "cufold plan", "cufold", "torch", "triton", "jax", "xtorch", "xjax", "%floor")]
     for r in results["records"]:
-        cf, tt, tr, jx = (_us(r, k) for k in ("cufold", "torch", "triton", "jax"))
-
-        def f(v):
-            return "%9.1f" % v if v else "%9s" % "-"
-
-        def x(a, b):
-            return "%8.2f" % (a / b) if a and b else "%8s" % "-"
-        flags = "".join(" [%s: %s]" % (k, r[k]["status"]) for k in ("cufold", "torch", "triton", "jax")
-                        if k in r and r[k].get("status") != "ok")
+        libs = ("cufold", "torch", "triton", "jax")
+        cf, tt, tr, jx = (gpu_us(r, k) for k in libs)
+        f, flags = R.us_cell, R.failure_flags(r, libs)
         lines.append("%-34s %-22s %s %s %s %s %s %s %7s%s" % (
-            _what(r), r["plan"][:22], f(cf), f(tt), f(tr), f(jx), x(tt, cf), x(jx, cf),
+            _what(r), r["plan"][:22], f(cf), f(tt), f(tr), f(jx), R.ratio_cell(tt, cf, 8), R.ratio_cell(jx, cf, 8),
             "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-", flags))
     lines += ["", ("floors: read + write at the copy bandwidth (cumsum 8 B, int32 -> int64 12 B, affine 16 B an "
                    "element; the Triton kernel writes h only: 12 B)"), "targets:"]
-    for t in results["targets_evaluated"]:
-        lines.append("  %-4s %s: %d cases, %d misses, worst %s%s" % (
-            t["status"], t["name"], t["cases"], t["misses"], "%.2f" % t["worst"] if t["worst"] else "-",
-            ("; missed: " + ", ".join(t["missed"])) if t["missed"] else ""))
+    lines += R.case_target_lines(results["targets_evaluated"])
     return "\n".join(lines)
 
 
@@ -335,12 +289,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="python -m cufold bench scan-axes",
                                 description="Scans along axes vs torch.cumsum(dim=), Triton and JAX.")
     p.add_argument("--cases", default=None, help="comma list of kinds: cumsum, affine")
-    p.add_argument("--quick", action="store_true", help="few reps (a smoke run)")
-    p.add_argument("--out", default=None, help="output directory (default bench/results/scan-axes-<gpu>-<date>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--dry-run", action="store_true", help="print the cases and exit (no GPU needed)")
-    p.add_argument("--seed", type=int, default=None)
-    return p
+    return add_run_options(p, "scan-axes", dry_run="print the cases and exit (no GPU needed)")
 
 
 def main(argv=None, stdout=None, stderr=None):
@@ -360,25 +309,14 @@ def main(argv=None, stdout=None, stderr=None):
             out.write("  %s %s axis=%s%s plan=%s\n" % (kind, shape, axis, " reverse" if reverse else "",
                                                       _plan_text(shape, axis)))
         return 0
-    from . import backends, open_backend
+    from . import backends
     env = backends.probe()
     if env.get("torch") is None:
         err.write("cufold bench scan-axes: needs torch with CUDA (the data and the copy bandwidth)\n")
         return 2
-    backend = open_backend(env, err)
-    if backend is None:
-        return 2
-    info = backend.device_info()
-    out_dir = R.make_out_dir(args.out, "scan-axes", info.get("name"))
-    err.write("cufold bench scan-axes on %s: %d cases -> %s\n" % (info.get("name"), len(todo), out_dir))
-    results = run(env, backend, todo, settings, progress=not args.no_progress, log=err)
-    results["meta"]["argv"] = list(argv or [])
-    text = format_results(results)
-    out.write(text + "\n")
-    R.save_results(results, text, out_dir)
-    err.write("wrote %s: results.json, table.txt\n" % out_dir)
-    bad = [r for r in results["records"] if r.get("cufold", {}).get("status") != "ok"]
-    return 1 if bad else 0
+    return run_and_save("scan-axes", env, args, argv, out, err, "%d cases" % len(todo),
+                        lambda backend, info: run(env, backend, todo, settings, progress=not args.no_progress, log=err),
+                        format_results, lambda r: r.get("cufold", {}).get("status") != "ok")
 
 
 if __name__ == "__main__":  # pragma: no cover

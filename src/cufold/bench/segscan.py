@@ -127,12 +127,7 @@ def _check(rel, by_total):
         if g.shape != ref.shape:
             return False, "shape %s, expected %s" % (g.shape, ref.shape)
         tol = rel * (1 + np.abs(ref)) + (rel * 4 * top if by_total else 0.0)
-        bad = np.nonzero(~(np.abs(g - ref) <= tol))[0]
-        if bad.size:
-            k = bad[0]
-            at = int(k if c.idx is None else c.idx[k])
-            return False, "%d of %d wrong; first at %d: got %r, expected %r" % (bad.size, g.size, at, g[k], ref[k])
-        return True, ""
+        return S.verdict(np.nonzero(~(np.abs(g - ref) <= tol))[0], g, ref, c)
     return check
 
 
@@ -162,19 +157,13 @@ def _cufold_fn(ctx, fname):
     return f
 
 
-def cf_segmented(name):
+def cf_scan(name, fname, what):
+    """``cufold.<fname>`` on the layout's ``what``: ``f(values, offsets)`` or ``f(keys, values)``."""
     def make(ctx):
-        f = _cufold_fn(ctx, "segmented_scan")
-        off = _heads(ctx, name, "offsets", "cufold")
-        return S.Prepared(lambda v: f(v, off), ctx.views("cufold"))
-    return make
-
-
-def cf_by_key(name):
-    def make(ctx):
-        f = _cufold_fn(ctx, "inclusive_scan_by_key")
-        keys = _heads(ctx, name, "keys", "cufold")
-        return S.Prepared(lambda v: f(keys, v), ctx.views("cufold"))
+        f = _cufold_fn(ctx, fname)
+        heads = _heads(ctx, name, what, "cufold")
+        call = (lambda v: f(v, heads)) if what == "offsets" else (lambda v: f(heads, v))
+        return S.Prepared(call, ctx.views("cufold"))
     return make
 
 
@@ -240,7 +229,7 @@ def segscan_cases(env, dtypes):
     for name in LAYOUTS:
         mean = MEAN[name]
         cands = [
-            S.Candidate("cufold.segmented_scan", "cufold", "cufold", cf_segmented(name),
+            S.Candidate("cufold.segmented_scan", "cufold", "cufold", cf_scan(name, "segmented_scan", "offsets"),
                         check=_with_layout(exact, name), requires="segmented_scan"),
             S.Candidate("torch cumsum - start prefix", "torch", "peer", torch_segmented(name),
                         check=_with_layout(loose, name)),
@@ -248,8 +237,9 @@ def segscan_cases(env, dtypes):
         cases.append(S.Case("segscan/%s" % name, "segscan", "segmented_scan (+) float32, %s segments (mean %.1f)"
                             % (name, mean), "float32", "grid", 8 + 8 / mean, "sum", exact, cands, sampled=True))
         cands = [
-            S.Candidate("cufold.inclusive_scan_by_key", "cufold", "cufold", cf_by_key(name),
-                        check=_with_layout(exact, name), requires="inclusive_scan_by_key"),
+            S.Candidate("cufold.inclusive_scan_by_key", "cufold", "cufold",
+                        cf_scan(name, "inclusive_scan_by_key", "keys"), check=_with_layout(exact, name),
+                        requires="inclusive_scan_by_key"),
             S.Candidate("torch unique_consecutive + cumsum", "torch", "peer", torch_unique_consecutive(name),
                         check=_with_layout(loose, name)),
             S.Candidate("torch cummax starts + cumsum", "torch", "peer", torch_cummax(name),

@@ -166,6 +166,12 @@ def check_scan(got, c):
         tol = 16 * _eps(c.dtype) * np.sqrt(pos + 1)
         g64 = g.astype(np.float64)
         bad = np.nonzero(~(np.abs(g64 - ref) <= tol))[0]
+    return verdict(bad, g, ref, c)
+
+
+def verdict(bad, g, ref, c):
+    """``(ok, note)`` of a check whose wrong positions are ``bad`` (of ``got`` as ``g``,
+    against ``ref``; sampled positions reported as the input's)."""
     if bad.size:
         k = bad[0]
         at = int(k if c.idx is None else c.idx[k])

@@ -313,6 +313,20 @@ def _fold_tile(spec):
     return fold_tile
 
 
+def _pairs_fold_tile(fold_full, fold_part, nvp):
+    """``fold_tile`` over pairs: ``fold_full`` where the tile's ``nvp`` pairs are all
+    there, ``fold_part`` (bounds-checked) at the end."""
+
+    @cuda.jit(device=True)
+    def fold_tile(state, have, pairs, n, base, tid):
+        first = base + tid
+        if base + nvp <= n:
+            return fold_full(state, have, pairs, first), True
+        return fold_part(state, have, pairs, first, n)
+
+    return fold_tile
+
+
 def _fold_tile_wide(spec):
     """``_fold_tile`` over pairs: ``pairs`` is the input as 8-byte words (two
     4-byte items each, the lower first), ``n`` the number of pairs and ``base``
@@ -363,16 +377,7 @@ def _fold_tile_wide(spec):
         lines += ["        state = update(state, hi%d, %s + 1)" % (k, i)]
     lines += ["    return state, have"]
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
-    nvp = nt * half
-
-    @cuda.jit(device=True)
-    def fold_tile(state, have, pairs, n, base, tid):
-        first = base + tid
-        if base + nvp <= n:
-            return fold_full(state, have, pairs, first), True
-        return fold_part(state, have, pairs, first, n)
-
-    return fold_tile
+    return _pairs_fold_tile(fold_full, fold_part, nt * half)
 
 
 def _fold_tile_wide_fields(spec):
@@ -419,16 +424,7 @@ def _fold_tile_wide_fields(spec):
         lines += ["        state = update(state, %s, %s + 1)" % (value("hi", k), i)]
     lines += ["    return state, have"]
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
-    nvp = nt * half
-
-    @cuda.jit(device=True)
-    def fold_tile(state, have, pairs, n, base, tid):
-        first = base + tid
-        if base + nvp <= n:
-            return fold_full(state, have, pairs, first), True
-        return fold_part(state, have, pairs, first, n)
-
-    return fold_tile
+    return _pairs_fold_tile(fold_full, fold_part, nt * half)
 
 
 @functools.lru_cache(maxsize=None)

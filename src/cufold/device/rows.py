@@ -197,6 +197,20 @@ def rows_kernel(spec):
     def seg_start(src, s, n):
         return min(max(np.int64(src[s]), np.int64(0)), n)
 
+    @cuda.jit(device=True, inline="always")
+    def next_segment(src, s, s_start, s_end, m, n, g, f0, F, out, ors, ofs, ooff, init):
+        """Past CSR segment ``s`` (``fresh``: written ``init`` if empty): the next
+        ``(s, s_start, s_end)``."""
+        if fresh and s_start == s_end and g == 0:
+            for j in range(V):
+                if f0 + j * P < F:
+                    out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
+        s += 1
+        s_start = s_end
+        if s < m:
+            s_end = seg_end(src, s, n)
+        return s, s_start, s_end
+
     @cuda.jit(device=True)
     def first_segment(src, m, n, r0):
         """The first segment whose end is ``>= r0`` (``m``: none): a 32-ary search, every
@@ -311,14 +325,8 @@ def rows_kernel(spec):
                             r = rb + gg
                             if r < r1:
                                 while s < m and s_end <= r:
-                                    if fresh and s_start == s_end and g == 0:
-                                        for j in range(V):                  # an empty segment
-                                            if f0 + j * P < F:
-                                                out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
-                                    s += 1
-                                    s_start = s_end
-                                    if s < m:
-                                        s_end = seg_end(src, s, n)
+                                    s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, g, f0, F,
+                                                                     out, ors, ofs, ooff, init)
                                 if gg == g and s < m and s_start <= r:
                                     idv = s
                     elif q < r1:
@@ -420,14 +428,8 @@ def rows_kernel(spec):
         if csr and r1 >= n:
             # the last span: the empty segments at the end
             while s < m:
-                if fresh and s_start == s_end and g == 0:
-                    for j in range(V):
-                        if f0 + j * P < F:
-                            out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
-                s += 1
-                s_start = s_end
-                if s < m:
-                    s_end = seg_end(src, s, n)
+                s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, g, f0, F, out, ors, ofs, ooff,
+                                                 init)
         # the run open at the span's end
         if g == 0:
             if atomic or ordered_last:

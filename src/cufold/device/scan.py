@@ -543,6 +543,21 @@ def _layout(vt):
     return vt             # one slot per thread: blocked ones conflict-free, striped 2-way at worst
 
 
+@functools.lru_cache(maxsize=None)
+def _slot(period):
+    """``slot(i)``: shared-memory slot of a tile's item ``i`` (``i + i // period``, see
+    :func:`_layout`), in 32 bits (Numba computes in 64): fewer registers."""
+
+    @cuda.jit(device=True, inline="always")
+    def slot(i):
+        i = np.int32(i)
+        if period == 0:
+            return i
+        return np.int32(i + i // period)
+
+    return slot
+
+
 def _tile_slots(tile):
     """Shared-memory values a tile occupies (see :func:`_tile_io`)."""
     nv = tile.nt * tile.vt
@@ -589,13 +604,7 @@ def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain", transform=None):
     local_items = _local_items(acc_vt, vt)
     view_acc = _lane_io(acc_vt, "plain")[0]
 
-    # Slot arithmetic in 32 bits (Numba computes in 64): fewer registers.
-    @cuda.jit(device=True, inline="always")
-    def slot(i):
-        i = np.int32(i)
-        if period == 0:
-            return i
-        return np.int32(i + i // period)
+    slot = _slot(period)
 
     @cuda.jit(device=True, inline="always")
     def striped_slot(tid, k):
@@ -916,6 +925,18 @@ def draw(counter, draws):
     return ticket, np.uint32((np.uint32(w >> np.uint64(32)) & np.uint32(_EPOCH_MASK)) << np.uint32(2))
 
 
+@cuda.jit(device=True, inline="always")
+def drawn_ticket(counter, draws):
+    """The block's shared ``(ticket, tag)`` of :func:`draw`, drawn by thread 0."""
+    drawn = cuda.shared.array(2, np.int64)
+    if cuda.threadIdx.x == 0:
+        ticket, tag = draw(counter, draws)
+        drawn[0] = ticket
+        drawn[1] = tag
+    cuda.syncthreads()
+    return drawn
+
+
 @functools.lru_cache(maxsize=None)
 def scan_kernel(spec):
     """The Python kernel function for ``spec`` (compiled by the launch path).
@@ -942,12 +963,7 @@ def scan_kernel(spec):
             smem = tile_storage()
             temp = scan_storage()
             stash = stash_storage()
-            drawn = cuda.shared.array(2, np.int64)
-            if cuda.threadIdx.x == 0:
-                ticket, tag = draw(counter, tiles)
-                drawn[0] = ticket
-                drawn[1] = tag
-            cuda.syncthreads()
+            drawn = drawn_ticket(counter, tiles)
             # Dynamic tile ids: tiles start in id order (see _look_back).
             tile = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
             lb = states if packed else (states[0], states[1], aggs, pres)

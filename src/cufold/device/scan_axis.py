@@ -392,7 +392,7 @@ def tiles_kernel(spec, spelling="slice"):
     stash_storage = block.temp_storage(spec.acc_vt, 2)
     row_in, row_out = _row_view(spec.in_vt, spelling), _row_view(spec.out_vt, spelling)
     dims = _dims(spec.in_vt)
-    draw = S.draw
+    drawn_ticket = S.drawn_ticket
     by_ticket = spec.variant.ids == "ticket"
     sv = S._storage_vt(spec.acc_vt)
     from_in = S._lane_io(sv, "plain")[0]                  # value arrays from an index on
@@ -406,36 +406,23 @@ def tiles_kernel(spec, spelling="slice"):
         a = row // cols
         return row * per_row, ticket - row * per_row, a, row - a * cols
 
-    def scan_rows_packed(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init, totals):
-        smem = tile_storage()
-        temp = scan_storage()
-        stash = stash_storage()
-        drawn = cuda.shared.array(2, np.int64)
-        if cuda.threadIdx.x == 0:
-            ticket, tag = draw(counter, tiles)
-            drawn[0] = ticket
-            drawn[1] = tag
-        cuda.syncthreads()
-        first, tile, a, c = start(drawn, per_row, cols)
-        lb = (states[0][first * words:], states[1][first * words:])
-        state = (tile, lb, drawn, init, has_init, stash)
-        length = dims(xs)[1]
-        tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
-                  False)
+    if spec.variant.states in ("packed", "pair"):
+        @cuda.jit(device=True, inline="always")
+        def row_states(states, aggs, pres, first):
+            return (states[0][first * words:], states[1][first * words:])
+    else:
+        @cuda.jit(device=True, inline="always")
+        def row_states(states, aggs, pres, first):
+            return (states[0][first:], states[1][first:], from_in(aggs, first), from_in(pres, first))
 
-    def scan_rows_wide(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init, totals):
+    def scan_rows_ticketed(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init,
+                           totals):
         smem = tile_storage()
         temp = scan_storage()
         stash = stash_storage()
-        drawn = cuda.shared.array(2, np.int64)
-        if cuda.threadIdx.x == 0:
-            ticket, tag = draw(counter, tiles)
-            drawn[0] = ticket
-            drawn[1] = tag
-        cuda.syncthreads()
+        drawn = drawn_ticket(counter, tiles)
         first, tile, a, c = start(drawn, per_row, cols)
-        lb = (states[0][first:], states[1][first:], from_in(aggs, first), from_in(pres, first))
-        state = (tile, lb, drawn, init, has_init, stash)
+        state = (tile, row_states(states, aggs, pres, first), drawn, init, has_init, stash)
         length = dims(xs)[1]
         tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
                   False)
@@ -454,7 +441,7 @@ def tiles_kernel(spec, spelling="slice"):
 
     if spec.carry == "single_block":
         return scan_rows_one_tile
-    return scan_rows_packed if spec.variant.states in ("packed", "pair") else scan_rows_wide
+    return scan_rows_ticketed
 
 
 def row_tile(in_vt, acc_vt, length):

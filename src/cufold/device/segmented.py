@@ -286,6 +286,68 @@ def _look_back(op, vt):
     return look_back
 
 
+@cuda.jit(device=True)
+def _set_flag(flags, tile, tag, state):
+    cuda.threadfence()                      # the value before the flag
+    cuda.atomic.exch(flags, tile, np.uint32(tag | state))
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_carry(op, vt):
+    """``(tile_carry, thread_carry)`` of a segmented tile.
+
+    ``tile_carry(tid, tile, empty, needs, tr, th, tv, flags, tag, aggs, pres, init, meta, k,
+    ev)``, called by warp 0: publishes the tile's state (``tr``: a segment starts in it;
+    ``th``, ``tv``: its fold since the last start) and, where ``needs`` (its first segment
+    began in an earlier tile), looks back for the carry into it; thread 0 leaves whether
+    there is one in ``meta[k]`` and its value in ``ev``.
+
+    ``thread_carry(cr, ch, cv, meta, k, ev) -> (has, value)``, after a barrier: what comes
+    before a thread, (tile carry) op (earlier threads: ``cr``, ``ch``, ``cv``)."""
+    combine = op.combine(vt)
+    load, store = vt.load, vt.store
+    publish = _publish(vt)
+    look_back = _look_back(op, vt)
+
+    @cuda.jit(device=True, inline="always")
+    def tile_carry(tid, tile, empty, needs, tr, th, tv, flags, tag, aggs, pres, init, meta, k, ev):
+        e_has = False
+        e_val = init
+        if tid == 0:
+            if empty:
+                _set_flag(flags, tile, tag, PREFIX_NONE)
+            elif tr or not needs:
+                # Nothing before this tile matters to its successors: publish the prefix now.
+                if th:
+                    publish(pres, tile, tv)
+                    _set_flag(flags, tile, tag, PREFIX)
+                else:
+                    _set_flag(flags, tile, tag, PREFIX_NONE)
+            else:
+                publish(aggs, tile, tv)     # inside one segment: th is true
+                _set_flag(flags, tile, tag, AGGREGATE)
+        if needs:
+            e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
+            if not tr and tid == 0:
+                publish(pres, tile, combine(e_val, tv) if e_has else tv)
+                _set_flag(flags, tile, tag, PREFIX)
+        if tid == 0:
+            meta[k] = 1 if e_has else 0
+            store(ev, 0, e_val)
+
+    @cuda.jit(device=True, inline="always")
+    def thread_carry(cr, ch, cv, meta, k, ev):
+        ph = ch
+        pv = cv
+        if not cr and meta[k] != 0:
+            e = load(ev, 0)
+            pv = combine(e, cv) if ch else e
+            ph = True
+        return ph, pv
+
+    return tile_carry, thread_carry
+
+
 @functools.lru_cache(maxsize=None)
 def _tile_loader(in_vt, acc_vt, nt, vt, transform=None):
     """``load_tile(values, offsets, nvals, m, base, s0, j0, nrows, nvt, sv, sa)``:
@@ -339,14 +401,13 @@ def segments_kernel(spec):
     nv = nt * vt
     nw = nt // 32
     combine = op.combine(acc_vt)
-    load, store = acc_vt.load, acc_vt.store
+    load = acc_vt.load
     store_out, to_out = out_vt.store, out_vt.cast
-    publish = _publish(acc_vt)
     tile_storage = block.temp_storage(acc_vt, nv)
     warp_storage = block.temp_storage(acc_vt, nw)
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _block_seg_scan(op, acc_vt, nt)
-    look_back = _look_back(op, acc_vt)
+    tile_carry, thread_carry = _tile_carry(op, acc_vt)
     load_tile = _tile_loader(in_vt, acc_vt, nt, vt, spec.transform)
     big = nv + 1                                # also the row-end array's size (a constant)
 
@@ -358,11 +419,6 @@ def segments_kernel(spec):
         else:
             v = acc if have else init
         store_out(outs, row, to_out(v))
-
-    @cuda.jit(device=True)
-    def set_flag(flags, tile, tag, state):
-        cuda.threadfence()                      # the value before the flag
-        cuda.atomic.exch(flags, tile, np.uint32(tag | state))
 
     def segments(values, offsets, nvals, m, ps, pj, outs, init, has_init, tiles, counter, flags,
                  aggs, pres):
@@ -436,45 +492,18 @@ def segments_kernel(spec):
         cr, ch, cv, tr, th, tv = block_scan(resets > 0, have, acc, wr, wh, wv)
 
         if tid < 32:
-            e_has = False
-            e_val = init
             needs = False                       # the tile's first segment began in an earlier tile
             if tile > 0 and total > 0:
                 started = np.int64(0)
                 if s0 > 0:
                     started = _segment_end(offsets, s0 - 1, base, nvals)
                 needs = started < j0
-            if tid == 0:
-                if total == 0:
-                    set_flag(flags, tile, tag, PREFIX_NONE)
-                elif tr or not needs:
-                    # Nothing before this tile matters to its successors: publish the prefix now.
-                    if th:
-                        publish(pres, tile, tv)
-                        set_flag(flags, tile, tag, PREFIX)
-                    else:
-                        set_flag(flags, tile, tag, PREFIX_NONE)
-                else:
-                    publish(aggs, tile, tv)     # inside one segment: th is true
-                    set_flag(flags, tile, tag, AGGREGATE)
-            if needs:
-                e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
-                if not tr and tid == 0:
-                    publish(pres, tile, combine(e_val, tv) if e_has else tv)
-                    set_flag(flags, tile, tag, PREFIX)
-            if tid == 0:
-                meta[1] = 1 if e_has else 0
-                store(ev, 0, e_val)
+            tile_carry(tid, tile, total == 0, needs, tr, th, tv, flags, tag, aggs, pres, init, meta, 1, ev)
         cuda.syncthreads()
 
         # The first segment end of each thread: (tile carry) op (earlier threads) op head.
         if resets > 0:
-            ph = ch
-            pv = cv
-            if not cr and meta[1] != 0:
-                e = load(ev, 0)
-                pv = combine(e, cv) if ch else e
-                ph = True
+            ph, pv = thread_carry(cr, ch, cv, meta, 1, ev)
             if head_have:
                 fv = combine(pv, head) if ph else head
                 fh = True

@@ -64,7 +64,6 @@ from ..host import programs as _programs
 from ..ops import as_op, as_transform, plus
 from . import scan as _scan
 from . import segmented as _seg
-from .segmented import AGGREGATE, PREFIX, PREFIX_NONE
 
 __all__ = ["ALGORITHMS", "exclusive_scan_by_key", "inclusive_scan_by_key", "segmented_scan"]
 
@@ -109,21 +108,6 @@ def partition_kernel(nv):
 # --- device pieces ----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _slot(period):
-    """``slot(i)``: shared-memory slot of a tile's item ``i`` (``i + i // period``,
-    scan.py's padding: striped and blocked accesses without bank conflicts)."""
-
-    @cuda.jit(device=True, inline="always")
-    def slot(i):
-        i = np.int32(i)
-        if period == 0:
-            return i
-        return np.int32(i + i // period)
-
-    return slot
-
-
-@functools.lru_cache(maxsize=None)
 def _value_loader(in_vt, acc_vt, nt, vt, transform=None):
     """``load_values(values, first, count, sv, sf)``: ``values[first : first +
     count]`` (as accumulators) into the tile's slots ``sv``, striped, with their
@@ -140,7 +124,7 @@ def _value_loader(in_vt, acc_vt, nt, vt, transform=None):
                   "            store(sv, s, to_acc(x%d))" % k,
                   "            sf[s] = 0"]
     env = {"load_in": in_vt.load, "to_acc": _scan._to_acc(acc_vt, in_vt, transform), "store": acc_vt.store,
-           "slot": _slot(_scan._layout(vt))}
+           "slot": _scan._slot(_scan._layout(vt))}
     return _codegen.build("\n".join(lines) + "\n", "load_values", env)
 
 
@@ -153,7 +137,7 @@ def _heads_from_offsets(nt, vt):
     m, s0, starts, j0, count, sf)``: flags the tile's values where a segment
     starts (after the flags were cleared and a barrier)."""
     nv = nt * vt
-    slot = _slot(_scan._layout(vt))
+    slot = _scan._slot(_scan._layout(vt))
     offset = _seg._offset
 
     @cuda.jit(device=True)
@@ -187,7 +171,7 @@ def _heads_from_keys(key_vt, nt, vt):
     ``t`` is values ``t*NV ..``; value ``i`` is a head where ``i == 0`` or its key
     differs from ``keys[i - 1]`` (coalesced loads of both)."""
     nv = nt * vt
-    slot = _slot(_scan._layout(vt))
+    slot = _scan._slot(_scan._layout(vt))
     is_head = _seg._head(key_vt)
 
     @cuda.jit(device=True)
@@ -232,25 +216,19 @@ def segscan_kernel(spec):
     combine = op.combine(acc_vt)
     load, store = acc_vt.load, acc_vt.store
     store_out, to_out = out_vt.store, out_vt.cast
-    publish = _scan._publish(acc_vt)
     slots = _scan._tile_slots(spec.tile)
-    slot = _slot(_scan._layout(vt))
+    slot = _scan._slot(_scan._layout(vt))
     tile_storage = block.temp_storage(acc_vt, slots)
     warp_storage = block.temp_storage(acc_vt, nw)
     carry_storage = block.temp_storage(acc_vt, 1)
     block_scan = _seg._block_seg_scan(op, acc_vt, nt)
-    look_back = _seg._look_back(op, acc_vt)
+    tile_carry, thread_carry = _seg._tile_carry(op, acc_vt)
     load_values = _value_loader(in_vt, acc_vt, nt, vt, spec.transform)
     by_offsets = spec.key_vt is None
     if by_offsets:
         span, mark = _heads_from_offsets(nt, vt)
     else:
         span, mark = _heads_from_keys(spec.key_vt, nt, vt)
-
-    @cuda.jit(device=True)
-    def set_flag(flags, tile, tag, state):
-        cuda.threadfence()                      # the value before the flag
-        cuda.atomic.exch(flags, tile, np.uint32(tag | state))
 
     def segscan(values, heads, nvals, m, ps, pj, outs, init, fold_init, tiles, counter, flags, aggs, pres):
         sv = tile_storage()
@@ -304,41 +282,14 @@ def segscan_kernel(spec):
         cr, ch, cv, tr, th, tv = block_scan(r, h, v, wr, wh, wv)
 
         if tid < 32:
-            e_has = False
-            e_val = init
             # The tile's first segment began in an earlier tile: it needs the look-back.
             needs = tile > 0 and count > 0 and sf[slot(0)] == 0
-            if tid == 0:
-                if count == 0:
-                    set_flag(flags, tile, tag, PREFIX_NONE)
-                elif tr or not needs:
-                    # Nothing before this tile matters to its successors: publish the prefix now.
-                    if th:
-                        publish(pres, tile, tv)
-                        set_flag(flags, tile, tag, PREFIX)
-                    else:
-                        set_flag(flags, tile, tag, PREFIX_NONE)
-                else:
-                    publish(aggs, tile, tv)     # inside one segment
-                    set_flag(flags, tile, tag, AGGREGATE)
-            if needs:
-                e_has, e_val = look_back(tile, flags, tag, aggs, pres, init)
-                if not tr and tid == 0:
-                    publish(pres, tile, combine(e_val, tv) if e_has else tv)
-                    set_flag(flags, tile, tag, PREFIX)
-            if tid == 0:
-                meta[2] = 1 if e_has else 0
-                store(ev, 0, e_val)
+            tile_carry(tid, tile, count == 0, needs, tr, th, tv, flags, tag, aggs, pres, init, meta, 2, ev)
         cuda.syncthreads()
 
         # Rescan this thread's values after its carry-in: (tile carry) op (earlier threads).
         if mine > 0:
-            ph = ch
-            pv = cv
-            if not cr and meta[2] != 0:
-                e = load(ev, 0)
-                pv = combine(e, cv) if ch else e
-                ph = True
+            ph, pv = thread_carry(cr, ch, cv, meta, 2, ev)
             for k in range(vt):
                 if k < mine:
                     s = slot(first + k)
