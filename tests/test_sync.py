@@ -70,6 +70,7 @@ def _calls(rng):
          lambda: cufold.reproducible.finalise(cufold.reproducible.sum_state(x), np.float32)),
         ("sum transform post", 0, lambda: cufold.sum(x, transform=abs, post=lambda s: s + 1)),
         ("dot", 0, lambda: cufold.dot(x, x)),
+        ("vdot", 0, lambda: cufold.vdot(m, m)),
         ("norm axis=1", 0, lambda: cufold.norm(m, axis=1)),
         ("logsumexp", 0, lambda: cufold.logsumexp(x)),
         ("count_nonzero", 0, lambda: cufold.count_nonzero(xi)),

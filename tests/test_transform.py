@@ -160,6 +160,13 @@ def test_dot_out_and_errors(rng):
     close(to_host(out), a @ a, rtol=1e-12)
     with pytest.raises(ValueError, match="equally shaped"):
         cufold.dot(to_device(a), to_device(a[:-1]))
+    m = rng.standard_normal((7, 9))
+    with pytest.raises(ValueError, match="cufold: dot takes 1-D arrays; got shapes"):
+        cufold.dot(to_device(m), to_device(m))          # numpy.dot: a matrix product
+    close(to_host(cufold.vdot(to_device(m), to_device(m * 2))), np.vdot(m, m * 2), rtol=1e-12)
+    close(to_host(cufold.vdot(to_device(m.T), to_device(m.T))), np.vdot(m.T, m.T), rtol=1e-12)
+    with pytest.raises(TypeError, match="cufold: vdot of complex arrays"):
+        cufold.vdot(to_device(m.astype(np.complex128)), to_device(m.astype(np.complex128)))
 
 
 @pytest.mark.parametrize("n", [N + 1, 129])

@@ -23,7 +23,7 @@ from .device import (  # noqa: E402
     inclusive_scan, exclusive_scan, cumsum, cumprod, cummax, cummin,
     segmented_reduce, reduce_by_key, reduce_by_key_into, histogram, bincount,
     segmented_scan, inclusive_scan_by_key, exclusive_scan_by_key,
-    dot, norm, logsumexp, count_nonzero, all, any,
+    dot, vdot, norm, logsumexp, count_nonzero, all, any,
 )
 
 __version__ = "0.1.0"
@@ -34,7 +34,7 @@ __all__ = [
     "mean_var", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax", "cummin",
     "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
     "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key",
-    "dot", "norm", "logsumexp", "count_nonzero", "all", "any",
+    "dot", "vdot", "norm", "logsumexp", "count_nonzero", "all", "any",
     "counting", "constant",
     "plus", "multiplies", "minimum", "maximum", "bit_and", "bit_or", "bit_xor",
     "logical_and", "logical_or", "argmin", "argmax", "minmax", "welford",

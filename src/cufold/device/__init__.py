@@ -31,7 +31,7 @@ __all__ = ["reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", 
            "mean_var", "algorithms", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax",
            "cummin", "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",
            "segmented_scan", "inclusive_scan_by_key", "exclusive_scan_by_key",
-           "dot", "norm", "logsumexp", "count_nonzero", "all", "any"]
+           "dot", "vdot", "norm", "logsumexp", "count_nonzero", "all", "any"]
 
 
 def _flat(a):
@@ -428,7 +428,7 @@ def mean_var(x, *, axis=None, keepdims=False, ddof=0, dtype=None, out=None, stre
                     transform=transform)
 
 
-from .fused import count_nonzero, dot, logsumexp, norm  # noqa: E402  (built on _Reduction)
+from .fused import count_nonzero, dot, logsumexp, norm, vdot  # noqa: E402  (built on _Reduction)
 
 
 def __getattr__(name):

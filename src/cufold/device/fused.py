@@ -35,7 +35,7 @@ from numba import config, cuda
 from ..host import arrays as _arrays, types as _types
 from ..ops import Op, logical_and, logical_or, maximum, minimum, plus
 
-__all__ = ["dot", "norm", "logsumexp", "count_nonzero", "all", "any"]
+__all__ = ["dot", "vdot", "norm", "logsumexp", "count_nonzero", "all", "any"]
 
 
 def _reductions():
@@ -67,20 +67,43 @@ def _dot_reduction():
 
 
 def dot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
-    """The dot product ``sum(x * y)`` in one pass (NumPy's ``dot`` of 1-D arrays; arrays
-    of more dimensions, equally shaped, are taken whole, as ``numpy.vdot`` of real
+    """The dot product ``sum(x * y)`` of two 1-D arrays in one pass (``numpy.dot`` of 1-D
     arrays). The result has NumPy's dtype (``numpy.result_type(x, y)``; bool: int64);
     ``dtype=`` sets the accumulator and result, as for ``sum``. Float16 multiplies and
-    accumulates in float32. ``out``: a one-element array to write into.
+    accumulates in float32. ``out``: a one-element array to write into. Arrays of more
+    dimensions raise (NumPy's ``dot`` of matrices is a matrix product): :func:`vdot` takes
+    them whole.
 
     Example::
 
         >>> cufold.dot(cupy.arange(3.), cupy.ones(3))
         array(3.)
     """
+    return _whole_dot(x, y, out, dtype, stream, algorithm, "dot")
+
+
+def vdot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
+    """``sum(x * y)`` over every item of two equally shaped real arrays of any dimensions
+    (``numpy.vdot``, which flattens; views are read in place, not copied). Otherwise as
+    :func:`dot`.
+
+    Example::
+
+        >>> cufold.vdot(cupy.ones((2, 3)), cupy.full((2, 3), 2.))
+        array(12.)
+    """
+    return _whole_dot(x, y, out, dtype, stream, algorithm, "vdot")
+
+
+def _whole_dot(x, y, out, dtype, stream, algorithm, name):
     ax, ay = _arrays.describe(x, "x"), _arrays.describe(y, "y")
+    if name == "dot" and (ax.ndim != 1 or ay.ndim != 1):
+        raise ValueError("cufold: dot takes 1-D arrays; got shapes %s and %s (numpy.dot of matrices is a "
+                         "matrix product; cufold.vdot sums x * y over every item)" % (ax.shape, ay.shape))
     if ax.shape != ay.shape:
-        raise ValueError("cufold: dot needs equally shaped arrays; got %s and %s" % (ax.shape, ay.shape))
+        raise ValueError("cufold: %s needs equally shaped arrays; got %s and %s" % (name, ax.shape, ay.shape))
+    if ax.dtype.kind == "c" or ay.dtype.kind == "c":
+        raise TypeError("cufold: %s of complex arrays is not supported" % name)
     res = np.dtype(dtype) if dtype is not None else np.result_type(ax.dtype, ay.dtype)
     if res.kind == "b":
         res = np.dtype(np.int64)
