@@ -195,7 +195,13 @@ def test_norm_axes(rng, axis, keepdims):
     assert got.dtype == np.float64 and got.shape == ref.shape
     close(got, ref, rtol=1e-12)
     with pytest.raises(ValueError, match="ord"):
-        cufold.norm(to_device(h), ord="fro")
+        cufold.norm(to_device(h[0]), ord="fro")
+    # numpy.linalg.norm's matrix norms (an ord over two axes) are refused, not replaced
+    for ord_, ax in [(1, None), (2, (0, 1)), (np.inf, None), ("fro", None)]:
+        with pytest.raises(ValueError, match="is a matrix norm in numpy.linalg.norm"):
+            cufold.norm(to_device(h), ord_, axis=ax)
+    close(to_host(cufold.norm(to_device(h), 1, axis=1)), np.linalg.norm(h.astype(np.float64), 1, axis=1),
+          rtol=1e-12)
 
 
 def test_logsumexp(rng):

@@ -164,20 +164,28 @@ def _norm_reduction(op, name):
     return _reductions()(op, name=name, needs_items=op is not plus)
 
 
-def norm(x, ord=2, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):  # noqa: A002
+def norm(x, ord=None, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):  # noqa: A002
     """The vector norm of ``x`` (over all items, or over ``axis``: an int or a tuple of
     ints), as ``torch.linalg.vector_norm`` and ``numpy.linalg.norm`` of a vector:
-    ``ord`` 2 (default; ``None`` too) ``sqrt(sum(x*x))``, 1 ``sum(|x|)``, ``inf``
-    ``max(|x|)``, ``-inf`` ``min(|x|)``, 0 the number of non-zeros, any other ``p``
-    ``sum(|x|**p)**(1/p)``. Float results keep ``x``'s dtype (float16 accumulates in
-    float32), others are float64. NumPy's matrix norms (``ord`` with two axes of a
-    matrix) are not computed: every axis tuple is one vector.
+    ``ord`` 2 (``None``, the default: also NumPy's Frobenius norm of a matrix)
+    ``sqrt(sum(x*x))``, 1 ``sum(|x|)``, ``inf`` ``max(|x|)``, ``-inf`` ``min(|x|)``, 0
+    the number of non-zeros, any other ``p`` ``sum(|x|**p)**(1/p)``. Float results keep
+    ``x``'s dtype (float16 accumulates in float32), others are float64. NumPy's matrix
+    norms are not computed: an ``ord`` over two axes (or ``axis=None`` of a matrix)
+    raises, where ``numpy.linalg.norm`` would take a matrix norm; flatten first for
+    the vector norm of every item (``cufold.norm(x.reshape(-1), 1)``).
 
     Example::
 
         >>> cufold.norm(torch.tensor([3., 4.], device="cuda"))
         tensor(5., device='cuda:0')
     """
+    a = _arrays.describe(x, "x")
+    axes = (a.ndim if axis is None else 1 if axis.__class__ is int else len(axis))
+    if ord is not None and axes >= 2 and a.ndim >= 2:
+        raise ValueError("cufold: norm with ord=%r over %d axes is a matrix norm in numpy.linalg.norm, which "
+                         "cufold does not compute; for the vector norm of every item flatten first "
+                         "(cufold.norm(x.reshape(-1), %r))" % (ord, axes, ord))
     if ord is None:
         ord = 2  # noqa: A001
     try:
@@ -186,7 +194,6 @@ def norm(x, ord=2, axis=None, keepdims=False, *, out=None, stream=None, algorith
         raise ValueError("cufold: norm's ord must be a number (1, 2, inf, -inf, 0, p); got %r" % (ord,)) from None
     if ord_ != ord_:
         raise ValueError("cufold: norm's ord must not be NaN")
-    a = _arrays.describe(x, "x")
     res = _float_result(a.dtype)
     acc = _types.accumulate(res)
     op, tf, post = _norm_functions(ord_, acc, res)
