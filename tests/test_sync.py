@@ -85,13 +85,18 @@ def test_every_public_function_is_listed():
     import inspect
     import cufold.device as D
     names = {n for n in D.__all__ if n != "algorithms"}
-    listed = {row[0].split()[0] for row in _calls(np.random.default_rng(0))}
+    rows = _calls(np.random.default_rng(0))
+    assert len(rows) == ROWS, "update ROWS: every row runs in test_waits_for_the_device"
+    listed = {row[0].split()[0] for row in rows}
     assert names <= listed, sorted(names - listed)
     for n in names:
         assert inspect.getdoc(getattr(cufold, n)), n
 
 
-@pytest.mark.parametrize("row", range(43))
+ROWS = 44      # len(_calls(...)): checked above
+
+
+@pytest.mark.parametrize("row", range(ROWS))
 def test_waits_for_the_device(row, rng, host_waits):
     name, expected, call = _calls(rng)[row]
     call()                      # plans (uploads of constants happen here, once)
