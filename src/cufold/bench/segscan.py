@@ -167,19 +167,23 @@ def cf_scan(name, fname, what):
     return make
 
 
+def _minus_start_prefix(torch, v, zero, starts, lengths, n):
+    """``cumsum(v)`` less the prefix in front of each segment's start, spread over the
+    segment by ``repeat_interleave``: torch's segmented scan of ``lengths`` segments
+    (``zero``: a one-element zero made once, outside the timed call)."""
+    c = torch.cumsum(v, 0)
+    base = torch.cat([zero, c])[starts]
+    return c - torch.repeat_interleave(base, lengths, output_size=n)
+
+
 def torch_segmented(name):
-    """cumsum, minus the prefix in front of each segment's start, spread by repeat_interleave."""
+    """cumsum, minus the prefix in front of each segment's start (offsets given)."""
     def make(ctx):
         torch = ctx.mod("torch")
         off = _heads(ctx, name, "offsets", "torch")
         n = ctx.n
         zero = torch.zeros(1, dtype=torch.float32, device=off.device)
-
-        def call(v):
-            c = torch.cumsum(v, 0)
-            base = torch.cat([zero, c])[off[:-1]]
-            return c - torch.repeat_interleave(base, off.diff(), output_size=n)
-        return S.Prepared(call, ctx.views("torch"))
+        return S.Prepared(lambda v: _minus_start_prefix(torch, v, zero, off[:-1], off.diff(), n), ctx.views("torch"))
     return make
 
 
@@ -193,10 +197,7 @@ def torch_unique_consecutive(name):
 
         def call(v):
             _, counts = torch.unique_consecutive(keys, return_counts=True)
-            c = torch.cumsum(v, 0)
-            starts = torch.cumsum(counts, 0) - counts
-            base = torch.cat([zero, c])[starts]
-            return c - torch.repeat_interleave(base, counts, output_size=n)
+            return _minus_start_prefix(torch, v, zero, torch.cumsum(counts, 0) - counts, counts, n)
         return S.Prepared(call, ctx.views("torch"))
     return make
 

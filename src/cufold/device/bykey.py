@@ -1363,8 +1363,8 @@ def _check_types(key_dt, val_dt, out_dt):
 
 def _plan_key(key, k, v, o, *epoch):
     """The Program of ``reduce_by_key_into`` call signature ``key`` (the arrays' checks first)."""
-    op, algorithm, deterministic, check, _, _, _, handle = key[:8]
-    transform = as_transform(key[8] if len(key) > 8 else None)
+    op, algorithm, deterministic, check, _, _, _, handle, transform = key
+    transform = as_transform(transform)
     for a, name in ((o, "out"), (k, "keys"), (v, "values")):
         _check_1d(a, name)
     if k.size != v.size:

@@ -570,7 +570,7 @@ def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle):
     sig = _programs.signature
     if v.shape[1] == 1:     # one feature: the 1-D algorithms on the columns
         v, o = _column(v), _column(o)
-        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
+        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, None)   # (no transform)
         programs = bykey._bykey_programs
     else:
         key = ("rows", op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)

@@ -1332,15 +1332,13 @@ def _types_for(op, in_vt, dtype, numpy_sum):
 def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_sum=False, axis=None,
           reverse=False, transform=None):
     """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
-    if dtype.__class__ is int or (out.__class__ is int and name in ("cummax", "cummin")):
-        # numpy.cumsum(a, 1) is an axis; here the second argument is not
-        raise TypeError("cufold: %s takes the axis by keyword only: %s(x, axis=%d)"
-                        % (name, name, dtype if dtype.__class__ is int else out))
     is_tuple = x.__class__ is tuple
     arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
     if out is None:
         given = ()
     else:
+        if out.__class__ is int:                 # cummax(x, 0): NumPy's positional axis
+            _positional_axis(name, out)
         given = tuple(_arrays.describe(o, "out") for o in (out if isinstance(out, (tuple, list)) else (out,)))
     h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
     got = _programs_of_scans.run(
@@ -1352,10 +1350,17 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
     return (out, got) if total else out
 
 
+def _positional_axis(name, axis):
+    raise TypeError("cufold: %s takes the axis by keyword only: %s(x, axis=%d)" % (name, name, axis))
+
+
 def _plan_key(key, *arrays):
     """The Program of scan call signature ``key`` (see :func:`_scan`) for ``arrays``:
     the input(s), then out='s."""
     sigs, h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple, _, given_stream = key[:12]
+    if dtype.__class__ is int:                  # cumsum(x, 1): NumPy's positional axis
+        raise TypeError("cufold: a scan's dtype cannot be %d; the axis goes by keyword only: cumsum(x, axis=%d)"
+                        % (dtype, dtype))
     axis, reverse = key[14:16]
     return _plan_scan(arrays[:len(sigs)], arrays[len(sigs):], is_tuple, op, init, dtype, algorithm, total, kind,
                       numpy_sum, h, h if given_stream else None, axis, reverse,
