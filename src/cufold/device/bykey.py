@@ -193,8 +193,10 @@ Tile = collections.namedtuple("Tile", "nt vt slots runs_max hint")
 Spec = collections.namedtuple("Spec", "algorithm op key_dt val_dt out_dt wide mode tile check_order val_source "
                               "transform", defaults=("array", None))
 # val_source: "array", or "counting" / "constant" for generated values (the kernels get the
-# start or the value where the array would go); transform: None or an ops.Transform of a
-# value, applied as it is loaded (fused; out accumulates what it returns).
+# start or the value where the array would go), or ("pack", largest, pos_kind): each value
+# and its position become a packed argmax/argmin word (bykey_tuple's ``packed``); transform:
+# None or an ops.Transform of a value, applied as it is loaded (fused; out accumulates what
+# it returns). mode: "hw", "cas", or "hw_first" (a hardware max/min that reads the word first).
 
 
 # --- sizes -------------------------------------------------------------------------------
@@ -291,6 +293,15 @@ def _updater(op, out_dt, mode, wide=True):
     leaves the word unchanged (``max`` below the current value: a load only). A hardware
     atomic whose result is unused compiles to a fire-and-forget ``RED`` (checked in SASS)."""
     env = {"T": out_dt.type, "I": _BITS[out_dt.itemsize].type}
+    if mode == "hw_first":
+        # read first: a key's word only moves one way, so a stale read just leaves the
+        # decision to the atomic, and most items of a hot key skip it (packed argmax)
+        src = ("def update(out, bits, idx, v):\n"
+               "    u = %s\n"
+               "    if v %s out[u]:\n"
+               "        cuda.atomic.%s(out, u, v)\n" % (_index_expr(wide), ">" if op.atomic == "max" else "<",
+                                                       op.atomic))
+        return _codegen.build(src, "update", env)
     if mode == "hw":
         src = ("def update(out, bits, idx, v):\n"
                "    cuda.atomic.%s(out, %s, v)\n" % (op.atomic, _index_expr(wide)))
@@ -343,7 +354,11 @@ def _loader(key_dt, val_dt, out_dt, wide, full=False, hint="ca", val_source="arr
     env = {"IT": np.int64 if wide else np.int32, "T": out_dt.type, "CT": ct}
     get_k = "cuda.ldcs(keys, u)" if hint == "cs" else "keys[u]"
     get_v = "cuda.ldcs(values, u)" if hint == "cs" and val_dt.kind in "iuf" else "values[u]"
-    if val_source != "array":     # generated: computed from the position
+    if val_source.__class__ is tuple:     # ("pack", largest, pos_kind): a packed argmax word
+        from .bykey_tuple import _encoders
+        env["encode"], env["V"] = _encoders(val_dt, val_source[2], val_source[1])[0], val_dt.type
+        get_v = "encode(V(%s), i)" % get_v
+    elif val_source != "array":     # generated: computed from the position
         env["V"] = val_dt.type
         get_v = "V(values + V(u))" if val_source == "counting" else "values"
     if transform is not None:
