@@ -18,7 +18,8 @@ from cufold.bench.bykey_tuple import power_law_keys  # noqa: E402
 from cufold.device import bykey_tuple  # noqa: E402
 
 E, N = 1 << 22, 200_000
-VARIANTS = [("default", {}), ("rows=warp", {"CUFOLD_BYKEY_TUPLE_ROWS": "warp"}),
+VARIANTS = [("default", {}), ("words cas", {"CUFOLD_PACKED_MODE": "cas"}),
+            ("cas 128x4", {"CUFOLD_PACKED_MODE": "cas", "CUFOLD_BYKEY_TILE": "128x4"}), ("rows=warp", {"CUFOLD_BYKEY_TUPLE_ROWS": "warp"}),
             ("tile 128x2", {"CUFOLD_BYKEY_TILE": "128x2"}), ("tile 256x8", {"CUFOLD_BYKEY_TILE": "256x8"}),
             ("tile 128x4", {"CUFOLD_BYKEY_TILE": "128x4"}), ("runs 8", {"CUFOLD_BYKEY_RUNS": "8"}),
             ("runs 31", {"CUFOLD_BYKEY_RUNS": "31"})]

@@ -749,12 +749,9 @@ def _runs2_body(spec, full):
         lines += ["    if r%d:" % j,
                   "        carry = runs2(out, bits, ka%d, va%d, kb%d, vb%d, ha%d, hb%d, H%d, A%d, %s, c%d, carry)"
                   % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j)]
-        if matching and spec.mode != "hw_first":
+        if matching:
             lines += ["    elif g%d:" % j,
                       "        pair(out, bits, ka%d, va%d, kb%d, vb%d)" % (j, j, j, j)]
-        # else: a row of distinct keys, or (a read-first max/min) of keys repeating out of
-        # order too: each element reads its key's word and updates only where it wins
-        # (``hw_first`` rows skip the peers' match and reduce)
         lines += ["    else:",
                   "        if oka%d:" % j,
                   "            update(out, bits, ka%d, va%d)" % (j, j),
@@ -766,9 +763,8 @@ def _runs2_body(spec, full):
            "IT": np.int64 if spec.wide else np.int32, "runs2": _runs2_part(spec), "key_before": _key_before(spec.wide),
            "update": _updater(spec.op, spec.out_dt, spec.mode, spec.wide)}
     if matching:
+        env["pair"] = _match_pair(spec)
         env["RUNS2"] = 2 * spec.tile.runs_max
-        if spec.mode != "hw_first":
-            env["pair"] = _match_pair(spec)
     return _codegen.build("\n".join(lines) + "\n", "body", env)
 
 

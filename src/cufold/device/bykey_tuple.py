@@ -806,6 +806,8 @@ def _warp_path(algorithm):
 #: (``launch.kept_zeros``, one buffer per stream and power-of-two size), which saves the
 #: launch that fills them; more keys fill a call's own words first.
 KEPT_WORDS_MAX = 1 << 22
+#: The packed words' update (``_packed_mode``).
+PACKED_MODE = "hw_first"
 
 
 def _packed_words(b, keys, m):
@@ -816,6 +818,15 @@ def _packed_words(b, keys, m):
     words = b.output(keys, (m,), np.uint64)
     _launch.fill(b, ValueType.of((np.uint64,)), (words,), m, (0,))
     return words
+
+
+def _packed_mode():
+    """How ``packed`` updates a word: ``hw_first`` (read it, then a hardware max where the
+    item wins) or ``cas`` (read it, then a compare-and-swap loop): ``CUFOLD_PACKED_MODE``."""
+    mode = os.environ.get("CUFOLD_PACKED_MODE", PACKED_MODE)
+    if mode not in ("hw_first", "cas"):
+        raise ValueError("cufold: bad CUFOLD_PACKED_MODE %r (hw_first, cas)" % mode)
+    return mode
 
 
 def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
@@ -829,7 +840,7 @@ def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epo
         # positions are the items' own: the one-field max by key of the packed words, one
         # kernel for both (its adaptive rows hold two items a lane; the tuple scatter's
         # rows took 32 us of 2^22 sorted power-law keys on an H100, the one-field max's 24)
-        one = _bk.Spec(spec.algorithm, maximum, keys.dtype, vals[0].dtype, np.dtype(np.uint64), wide, "hw_first",
+        one = _bk.Spec(spec.algorithm, maximum, keys.dtype, vals[0].dtype, np.dtype(np.uint64), wide, _packed_mode(),
                        _bk.tile_for(spec.algorithm), False, ("pack", op is argmax, pos_kind))
         tile = one.tile.nt * one.tile.vt * _bk.LANE_ITEMS.get(one.algorithm, 1)
         b.launch(_bk.scatter_kernel(one), ("bykey", one), max(1, min(-(-n // tile), _bk.GRID_CAP)), one.tile.nt,
