@@ -39,8 +39,12 @@ forced with ``algorithm=`` to time it):
                 ``atomicMax``/``atomicMin`` keeps the greatest value at its *first*
                 position, NaN winning as in ``numpy.argmax``; argmin's word is
                 complemented, so both take ``atomicMax`` and 0 means "nothing yet".
-                The words gather in a per-key uint64 buffer, aggregated first by rows
-                as ``adaptive`` does (``ROWS``); a finishing pass decodes each reached
+                The words gather in a per-key uint64 buffer. Positions lifted from one
+                ``values`` array: the one-field kernel of ``cufold.device.bykey`` (its
+                ``adaptive`` rows, two items a lane) takes the words as its values
+                and a hardware max that reads the word first (``CUFOLD_PACKED_MODE``:
+                ``hw_first``, or ``cas``); given positions: the tuple scatter's rows
+                (``ROWS``), aggregated as ``adaptive`` does. A finishing pass decodes each reached
                 key's word, folds it into ``out`` with the operator (``out``'s prior
                 (value, position) is the earlier operand, so its ties win when its
                 position is smaller) and resets the word to 0. Up to
