@@ -9,6 +9,8 @@ Items are small integers (or exact binary fractions) so that every reference is 
 Outputs given with ``out=`` are poisoned first, so an element left unwritten fails.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 from conftest import strided_view, to_device, to_host
@@ -217,13 +219,13 @@ def test_segmented_scans_of_zipped_values(rng):
     y = rng.integers(-5, 5, n).astype(np.float32)
     off = np.concatenate([[0], np.sort(rng.integers(0, n, 6)), [n]]).astype(np.int64)
     got = to_host(cufold.segmented_scan(to_device((x, y)), to_device(off), transform=lambda t: t[0] * t[1]))
-    want = np.concatenate([np.cumsum(x[a:b] * y[a:b]) for a, b in zip(off[:-1], off[1:])])
+    want = np.concatenate([np.cumsum(x[a:b] * y[a:b]) for a, b in itertools.pairwise(off)])
     np.testing.assert_array_equal(got, want)
     keys = np.repeat(np.arange(len(off) - 1), np.diff(off)).astype(np.int32)
     got = to_host(cufold.exclusive_scan_by_key(to_device(keys), (to_device(x), cufold.counting(n)),
                                                transform=lambda t: t[0] * t[1]))
     prod = x.astype(np.float64) * np.arange(n)
-    want = np.concatenate([np.cumsum(prod[a:b]) - prod[a:b] for a, b in zip(off[:-1], off[1:])])
+    want = np.concatenate([np.cumsum(prod[a:b]) - prod[a:b] for a, b in itertools.pairwise(off)])
     np.testing.assert_array_equal(got, want)
 
 
@@ -248,3 +250,24 @@ def test_errors():
         cufold.cumsum(cufold.counting(10), axis=1)
     with pytest.raises(ValueError, match="reversed scan of a floating-point counting"):
         cufold.cumsum(cufold.counting(10, 0.5, np.float32), reverse=True)
+
+
+# --- the bench row (python -m cufold bench scan-axes --cases cumsum-square) -------------------------
+
+def test_bench_transformed_cumsum_row():
+    from cufold.bench import scan_axes as B
+    assert B.cases({"cumsum-square"}) == (("cumsum-square", (4096, 4096), 1, False),)
+
+    def results(transformed_us):
+        row = {"kind": "cumsum-square", "shape": [4096, 4096], "axis": 1, "reverse": False, "plan": "tiles",
+               "floor_us": 30.0, "cufold": {"status": "ok", "gpu_us": transformed_us},
+               "plain": {"status": "ok", "gpu_us": 40.0}, "torch": {"status": "ok", "gpu_us": 90.0}}
+        res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": [row]}
+        res["targets_evaluated"] = B.evaluate(res)
+        return res
+
+    def status(res):
+        return [t["status"] for t in res["targets_evaluated"] if "transformed" in t["name"]]
+    assert status(results(41.0)) == ["PASS"] and status(results(41.5)) == ["MISS"]     # 3% of 40 us
+    text = B.format_results(results(41.0))
+    assert "cumsum-square 4096x4096 axis=1" in text and "plain cumsum (no transform) 40.0 us" in text

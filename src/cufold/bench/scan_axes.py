@@ -165,7 +165,9 @@ def run(env, backend, todo, settings, progress=True, log=None):
             def check(got, ref=ref):
                 return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum of x * x (exact here)"
 
-            def check_plain(got, ref=np.cumsum(h, axis=axis)):
+            plain_ref = np.cumsum(h, axis=axis)
+
+            def check_plain(got, ref=plain_ref):
                 return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum (exact here)"
             checks["plain"] = check_plain
         elif kind == "cumsum-int64":                # NumPy's and torch's default result: int64
@@ -307,9 +309,10 @@ def format_results(results):
             _what(r), r["plan"][:22], f(cf), f(tt), f(tr), f(jx), R.ratio_cell(tt, cf, 8), R.ratio_cell(jx, cf, 8),
             "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-", flags))
     for r in results["records"]:
-        if gpu_us(r, "plain"):
+        plain, cf = gpu_us(r, "plain"), gpu_us(r, "cufold")
+        if plain:
             lines.append("%-34s plain cumsum (no transform) %s us: the transformed one takes %.3fx its time" % (
-                _what(r), R.us_cell(gpu_us(r, "plain")).strip(), (gpu_us(r, "cufold") or float("nan")) / gpu_us(r, "plain")))
+                _what(r), R.us_cell(plain).strip(), (cf or float("nan")) / plain))
     lines += ["", ("floors: read + write at the copy bandwidth (cumsum 8 B, int32 -> int64 12 B, affine 16 B an "
                    "element; the Triton kernel writes h only: 12 B)"), "targets:"]
     lines += R.case_target_lines(results["targets_evaluated"])

@@ -1561,11 +1561,13 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         choose their kernel by shape.
     total : also return the reduction of all of ``x`` (0-d device array(s)),
         from the same pass (scans of the whole array only).
-    transform : a function of one item (of the tuple of items for tuple inputs)
-        applied to each item as it is loaded, in the same kernel; the scan
-        combines (and its dtype rules see) what it returns. ``x`` may also be or
-        hold generated inputs (``cufold.counting``, ``cufold.constant``). Both for
-        whole contiguous arrays (``axis=None``) for now.
+    transform : a function of one item (of the tuple of items for tuple inputs:
+        zipped) applied to each item as it is loaded, in the same kernel, along
+        any axis, reversed, of any view (a view that is first gathered is
+        transformed by the gather); the scan combines (and its dtype rules and
+        result dtype follow) what it returns. ``x`` may also be or hold generated
+        inputs (``cufold.counting``, ``cufold.constant``: 1-D, so ``axis`` None,
+        0 or -1; reversed too, except a floating-point ``counting``).
 
     Returns the scanned array(s) in ``x``'s library, or ``(scanned, total)``;
     the host is not synchronised.
@@ -1584,6 +1586,11 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         >>> cufold.inclusive_scan((a, b), affine, axis=-1)[1]
         array([[1.  , 1.5 , 1.75],
                [1.  , 1.5 , 1.75]])
+        >>> cufold.inclusive_scan((a, b), affine, axis=-1, transform=lambda ab: (ab[0], ab[1] * 2))[1]
+        array([[2. , 3. , 3.5],
+               [2. , 3. , 3.5]])
+        >>> cufold.cumsum(cufold.counting(4), reverse=True).copy_to_host()    # generated: no memory
+        array([6, 6, 5, 3])
     """
     return _scan(x, op, None, dtype, out, stream, algorithm, total, "inclusive", "inclusive_scan",
                  axis=axis, reverse=reverse, transform=transform)

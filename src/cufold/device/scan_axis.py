@@ -68,6 +68,13 @@ its launches, with no host synchronisation.
 
 All kernels combine operands in sequence order (an associative operator is
 enough); exclusive scans start every row at ``init`` (or the identity).
+
+``transform=`` (a function of an item, or of a tuple input's tuple of items) is
+fused into every kernel's loads of the input (``scan._to_acc``): segments, lanes,
+tiles (the tile loads of :mod:`.scan`), both phases of columns (the spine scans
+folds, untransformed); the gather applies it on its way, so the scan in place after
+it has none. Each kernel factory takes it as its last parameter (None: the kernel
+of before, under the launch key of before).
 """
 
 import collections
