@@ -258,7 +258,7 @@ def test_bench_scan_axes_targets_and_dry_run():
 
     from cufold import bench
     from cufold.bench import scan_axes as B
-    assert len(B.cases()) == 10 and len(B.cases({"affine"})) == 2
+    assert len(B.cases()) == 11 and len(B.cases({"affine"})) == 2
     rows = [{"kind": "cumsum", "shape": [4096, 4096], "axis": 0, "reverse": False, "plan": "columns",
              "floor_us": 30.0, "cufold": {"status": "ok", "gpu_us": 40.0}, "torch": {"status": "ok", "gpu_us": 80.0}},
             {"kind": "affine", "shape": [4096, 2048], "axis": 1, "reverse": False, "plan": "tiles",
@@ -266,12 +266,12 @@ def test_bench_scan_axes_targets_and_dry_run():
              "jax": {"status": "ok", "gpu_us": 277.0}}]
     res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": rows}
     res["targets_evaluated"] = B.evaluate(res)
-    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS", "n/a", "n/a"]
+    assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS", "n/a", "n/a", "n/a"]
     text = B.format_results(res)
     assert "targets:" in text and "cumsum 4096x4096 axis=0" in text
     out = io.StringIO()
     assert bench.main(["scan-axes", "--dry-run"], stdout=out) == 0
-    assert out.getvalue().count("axis=") == 10 and "plan=columns" in out.getvalue()
+    assert out.getvalue().count("axis=") == 11 and "plan=columns" in out.getvalue()
 
 
 def test_columns_with_a_tiles_spine(rng, monkeypatch):

@@ -394,14 +394,15 @@ def test_segmented_scans_with_transform_and_generated(rng):
     np.testing.assert_array_equal(got, ref)
 
 
-def test_scan_transform_reversed_and_whole_only(rng):
+def test_scan_transform_reversed_and_along_axes(rng):
+    """(Every axis layout: tests/test_scan_transform.py.)"""
     h = rng.integers(-9, 9, N).astype(np.int32)
     got = to_host(cufold.inclusive_scan(to_device(h), transform=square, reverse=True))
     np.testing.assert_array_equal(got, np.cumsum((h.astype(np.int64) ** 2)[::-1])[::-1])
-    with pytest.raises(ValueError, match="whole contiguous"):
-        cufold.cumsum(to_device(h.reshape(-1, 8)), axis=1, transform=square)
-    with pytest.raises(ValueError, match="not reversed"):
-        cufold.cumsum(cufold.counting(10), reverse=True)
+    got = to_host(cufold.cumsum(to_device(h.reshape(-1, 8)), axis=1, transform=square))
+    np.testing.assert_array_equal(got, np.cumsum(h.reshape(-1, 8).astype(np.int64) ** 2, axis=1))
+    got = to_host(cufold.cumsum(cufold.counting(10), reverse=True))
+    np.testing.assert_array_equal(got, np.cumsum(np.arange(10)[::-1])[::-1])
 
 
 def test_result_type_when_typing_alone_fails(monkeypatch):

@@ -413,8 +413,9 @@ for dts, shape, strides, ax, op, kind, numpy_sum, rev in SCAN_AXES:
 def _scan_key(key):
     if key[0] in ("scan_tiles", "scan"):
         spec = key[1]
-        return "%s %s %s->%s %s %dx%d %s %s" % (key[0], spec.op.name, spec.in_vt, spec.out_vt, spec.kind,
-                                               spec.tile.nt, spec.tile.vt, spec.carry, spec.variant.states)
+        return "%s %s %s->%s %s %dx%d %s %s%s" % (key[0], spec.op.name, spec.in_vt, spec.out_vt, spec.kind,
+                                                 spec.tile.nt, spec.tile.vt, spec.carry, spec.variant.states,
+                                                 "" if spec.transform is None else " " + spec.transform.name)
     return str(key[:1] + key[2:])
 
 
@@ -507,3 +508,47 @@ SS._plan((f32,), (i32,), ValueType.of(np.int32), cufold.maximum, False, None, No
          as_transform_(abs))
 print("%d transformed / generated family kernels compiled; all in %.1f s" % (len(compiled) - before,
                                                                               time.time() - t0))
+
+# transform= on scans along an axis (device/scan_axis.py): every layout family with a transform
+# fused into its loads (segments, lanes of 16 and 32, tiles of one tile a row and with look-backs in
+# packed / pair / wide states, columns without chunks and with lanes and tiles spines, the gather of
+# a 4-D permutation and of axis=None of a transposed matrix), zipped inputs (a product; the affine
+# pair from a transform), reversed; and reversed generated inputs (a counting input counts down).
+before = len(compiled)
+double_b = as_transform_(lambda ab: (ab[0], ab[1] * 2))
+product = as_transform_(lambda t: t[0] * t[1])
+T_AXES = [  # (dtype(s), shape, strides, axis, op, kind, numpy_sum, reverse, transform)
+    (np.float32, (4096, 4096), (4096, 1), 1, cufold.plus, "inclusive", True, False, sq),      # tiles, one a row
+    (np.float32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "inclusive", True, True, sq),   # tiles, packed
+    (np.int32, (16, 1 << 20), (1 << 20, 1), 1, cufold.plus, "exclusive", True, False, sq),    # tiles, pair
+    (np.float32, (1 << 20, 16), (16, 1), 1, cufold.plus, "inclusive", True, False, sq),       # segments
+    (np.float32, (1 << 16, 200), (200, 1), 1, cufold.maximum, "exclusive", False, True, as_transform_(abs)),
+    (np.float32, (1 << 16, 16), (32, 1), 1, cufold.plus, "inclusive", True, False, sq),       # lanes of 16
+    (np.float32, (1 << 16, 200), (402, 2), 1, cufold.maximum, "exclusive", False, True, as_transform_(abs)),
+    (np.float32, (1 << 20, 16), (16, 1), 0, cufold.plus, "inclusive", True, False, sq),       # columns, tiles spine
+    (np.float32, (4096, 4096), (4096, 1), 0, cufold.plus, "inclusive", True, True, sq),       # columns, lanes spine
+    (np.float32, (16, 1 << 20), (1 << 20, 1), 0, cufold.plus, "inclusive", True, False, sq),  # columns, no chunks
+    ((np.float32, np.float32), (4096, 2048), (2048, 1), 1, cufold.plus, "inclusive", True, False, product),
+    ((np.float32, np.float32), (4096, 2048), (2048, 1), 0, cufold.plus, "inclusive", True, False, product),
+    ((np.float32, np.float32), (16, 1 << 20), (1 << 20, 1), 1, affine, "inclusive", False, True, double_b),  # wide
+    ((np.float32, np.float32), (2048, 64), (64, 1), 0, affine, "inclusive", False, False, double_b),
+    ((np.float32, np.float32), (1 << 16, 20), (20, 1), 1, affine, "inclusive", False, False, double_b),
+    ((np.float32, np.float32), (1 << 16, 20), (40, 2), 1, affine, "inclusive", False, False, double_b),
+    (np.float32, (8, 9, 10, 11), (990, 1, 99, 9), 2, cufold.plus, "inclusive", True, False, sq),    # gather 4-D
+    ((np.float32, np.float32), (8, 9, 10, 11), (990, 1, 99, 9), 2, cufold.plus, "inclusive", True, False, product),
+    (np.float64, (300, 200), (1, 300), None, cufold.plus, "inclusive", True, True, sq),       # gather, flat
+]
+for dts, shape, strides, ax, op, kind, numpy_sum, rev, tf in T_AXES:
+    fields = dts if isinstance(dts, tuple) else (dts,)
+    xs = tuple(view(f, shape, strides) for f in fields)
+    init = None if kind == "inclusive" or op is not affine else (1.0, 0.0)
+    S._plan_scan(xs, (), isinstance(dts, tuple), op, init, None, None, False, kind, numpy_sum, 0, None, ax, rev, tf)
+for alg in S.ALGORITHMS:                                  # reversed generated inputs: countdown
+    S._plan_scan((count,), (), False, cufold.plus, None, None, alg, True, "inclusive", True, 0, None, None, True)
+    S._plan_scan((_arrays.Generated("constant", n, 2.0, np.float32), count32), (), True, cufold.argmax, None,
+                 None, alg, False, "inclusive", False, 0, None, None, True,
+                 as_transform_(lambda t: (t[0] * t[1], t[1])))
+for key in sorted({_scan_key(k[0]) for k in list(compiled)[before:]}):
+    print("  ok   %s" % key[:150])
+print("%d transformed axis-scan / reversed generated kernels compiled; all in %.1f s" % (len(compiled) - before,
+                                                                                       time.time() - t0))

@@ -113,6 +113,20 @@ for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000,
           cufold.cumsum(cuda.to_device(h), axis=axis, reverse=True).copy_to_host(),
           np.flip(np.cumsum(np.flip(h, axis), axis=axis), axis))
 check("cumsum int32 -> int64", cufold.cumsum(d, dtype=np.int64).copy_to_host(), np.cumsum(x, dtype=np.int64))
+# transform= fused into the axis scans' loads (segments, lanes, tiles, columns), reversed too; zipped inputs
+for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000, 8), 0), ((700, 300), 0)]:
+    h = rng.integers(-9, 9, shape).astype(np.float32)
+    for rev in (False, True):
+        got = cufold.cumsum(cuda.to_device(h), axis=axis, reverse=rev, transform=lambda v: v * v).copy_to_host()
+        want = np.flip(np.cumsum(np.flip(h * h, axis), axis=axis), axis) if rev else np.cumsum(h * h, axis=axis)
+        check("cumsum %s axis=%d%s transform=v*v" % (shape, axis, " reverse" if rev else ""), got, want)
+h = rng.integers(-9, 9, (3000, 40)).astype(np.float32)
+check("cumsum x[:, ::2] transform=v*v (lanes)",
+      cufold.cumsum(cuda.to_device(h)[:, ::2], axis=1, transform=lambda v: v * v).copy_to_host(),
+      np.cumsum(h[:, ::2] ** 2, axis=1))
+check("cumsum zipped (x, y) axis=1 transform=x*y",
+      cufold.cumsum((cuda.to_device(h), cuda.to_device(h + 1)), axis=1, transform=lambda t: t[0] * t[1])
+      .copy_to_host(), np.cumsum(h * (h + 1), axis=1))
 # segmented scans and scans by key
 offs = np.unique(np.concatenate([[0, n], rng.integers(0, n, 500)])).astype(np.int64)
 seg_want = np.concatenate([np.cumsum(x[a:b]) for a, b in zip(offs[:-1], offs[1:])])

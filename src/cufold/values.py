@@ -216,7 +216,8 @@ def _shuffle(vt, kind):
 class InputType(ValueType):
     """The value type of an input some of whose fields are generated, not stored
     (``cufold.counting``, ``cufold.constant``): ``sources[i]`` is ``"array"``,
-    ``"counting"`` or ``"constant"``. Its :attr:`load` reads array fields from their
+    ``"counting"`` or ``"constant"`` (or ``"countdown"``: a counting input read in
+    reverse, item ``i`` is ``last - i``). Its :attr:`load` reads array fields from their
     arrays and computes the others from the index: a counting field's argument is its
     start (item ``i`` is ``start + i``), a constant field's argument is the value."""
 
@@ -248,7 +249,7 @@ class InputType(ValueType):
         for i, s in enumerate(self.sources):
             a = self._field("a", i)
             exprs.append({"array": "%s[u]" % a, "counting": "T%d(%s + T%d(i))" % (i, a, i),
-                          "constant": "T%d(%s)" % (i, a)}[s])
+                          "countdown": "T%d(%s - T%d(i))" % (i, a, i), "constant": "T%d(%s)" % (i, a)}[s])
         return _codegen.build("def load(a, i):\n    u = np.uint64(i)\n    return %s\n" % self._pack(exprs),
                               "load", self._env())
 

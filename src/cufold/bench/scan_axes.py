@@ -16,7 +16,10 @@ Cases (float32):
   ``jax.lax.associative_scan(affine, (a, b), axis=1)`` jitted (where JAX imports; its
   time is the wall clock of back-to-back calls over their number, as JAX runs on its
   own stream). cufold writes both fields of the result (16 bytes an element); the Triton
-  kernel writes ``h`` only (12 bytes), as the issue's peer.
+  kernel writes ``h`` only (12 bytes), as the issue's peer;
+* a transformed scan (issue #20): ``cumsum(x, axis=1, transform=lambda v: v * v)`` of
+  (4096, 4096) against cufold's plain ``cumsum(x, axis=1)`` of the same array (the
+  ``plain`` column) and torch's unfused ``torch.cumsum(x * x, dim=1)``.
 
 Per case: the CUDA-event medians, ``torch / cufold`` (> 1: cufold faster) and ``% floor``:
 the bytes cufold reads and writes at the copy bandwidth measured in the run (``torch
@@ -26,7 +29,7 @@ picks, :mod:`cufold.device.scan_axis`) is printed with each case.
 Targets (``targets`` at the end): every cumsum >= 1.0x torch; every cumsum >= 90% of the
 floor (where the shape allows: reported for all); the affine recurrence at or below the
 Triton kernel's time and >= 5x JAX; the 1-D affine scan within 1.5x of its floor; the
-int32 -> int64 cumsum >= 1.0x torch.
+int32 -> int64 cumsum >= 1.0x torch; the transformed cumsum within 3% of the plain one's time.
 
 Default run: well under 2 minutes on an H100/H200 (first compiles included; cached on
 disk after). ``--quick``: few repetitions; ``--cases cumsum,affine`` selects.
@@ -52,12 +55,14 @@ __all__ = ["CASES", "cases", "evaluate", "format_results", "main"]
 SHAPES = ((4096, 4096), (1 << 20, 16), (16, 1 << 20))
 CASES = tuple(("cumsum", s, ax, False) for s in SHAPES for ax in (1, 0)) + (
     ("cumsum", (4096, 4096), 1, True), ("affine", (4096, 2048), 1, False),
-    ("cumsum-int64", (1 << 28,), None, False), ("affine", (1 << 26,), None, False))
+    ("cumsum-int64", (1 << 28,), None, False), ("affine", (1 << 26,), None, False),
+    ("cumsum-square", (4096, 4096), 1, False))
 TARGET_VS_TORCH = 1.0
 TARGET_FLOOR = 0.9
 TARGET_VS_TRITON = 1.0
 TARGET_VS_JAX = 5.0
 TARGET_1D_AFFINE_FLOOR = 1 / 1.5          # the 1-D affine scan within 1.5x of its floor
+TARGET_TRANSFORM_VS_PLAIN = 1 / 1.03       # a transformed cumsum within 3% of the plain one's time
 _SAMPLE = 4099                             # 1-D results are checked every _SAMPLE-th item
 
 
@@ -68,6 +73,10 @@ def cases(select=None):
 
 def _affine(p, q):
     return (p[0] * q[0], p[1] * q[0] + q[1])
+
+
+def _square(v):
+    return v * v
 
 
 def _plan_text(shape, axis):
@@ -129,7 +138,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
         n = int(np.prod(shape))
         row = {"kind": kind, "shape": list(shape), "axis": axis, "reverse": reverse,
                "plan": _plan_text(shape, axis)}
-        calls = {}
+        calls, checks = {}, {}                      # checks: a label's own check (default: check)
         if kind == "cumsum":
             h = rng.integers(-2, 3, size=shape).astype(np.float32)
             ref = np.cumsum(np.flip(h, axis), axis=axis) if reverse else np.cumsum(h, axis=axis)
@@ -144,6 +153,23 @@ def run(env, backend, todo, settings, progress=True, log=None):
 
             def check(got, ref=ref):
                 return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum (exact here)"
+        elif kind == "cumsum-square":               # transform= fused into the scan's loads
+            h = rng.integers(-2, 3, size=shape).astype(np.float32)
+            ref = np.cumsum(h * h, axis=axis)       # small integers: exact
+            args = [torch.from_numpy(h).to("cuda")]
+            row["floor_us"] = 8 * n / copy_bw * 1e6
+            calls["cufold"] = lambda x, ax=axis: cufold.cumsum(x, axis=ax, transform=_square)
+            calls["plain"] = lambda x, ax=axis: cufold.cumsum(x, axis=ax)
+            calls["torch"] = lambda x, ax=axis: torch.cumsum(x * x, dim=ax)
+
+            def check(got, ref=ref):
+                return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum of x * x (exact here)"
+
+            plain_ref = np.cumsum(h, axis=axis)
+
+            def check_plain(got, ref=plain_ref):
+                return np.array_equal(np.asarray(got), ref), "differs from NumPy's cumsum (exact here)"
+            checks["plain"] = check_plain
         elif kind == "cumsum-int64":                # NumPy's and torch's default result: int64
             h = rng.integers(-1000, 1000, size=shape, dtype=np.int32)
             ref = np.cumsum(h)[::_SAMPLE]
@@ -189,7 +215,7 @@ def run(env, backend, todo, settings, progress=True, log=None):
                 err = np.abs(np.asarray(got, dtype=np.float64) - ref).max()
                 return err < 1e-3, "max error %.3g against a float64 loop" % err
         for label, fn in calls.items():
-            row[label] = checked_timing(backend, label, fn, args, check, settings)
+            row[label] = checked_timing(backend, label, fn, args, checks.get(label, check), settings)
         if kind == "affine":
             row["jax"] = _run_jax(args[0], check, settings, 0 if axis is None else axis)
         records.append(row)
@@ -250,6 +276,7 @@ def evaluate(results):
     aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 2]
     flat_aff = [r for r in rows if r["kind"] == "affine" and len(r["shape"]) == 1]
     wide_sums = [r for r in rows if r["kind"] == "cumsum-int64"]
+    squares = [r for r in rows if r["kind"] == "cumsum-square"]
     target("cumsum >= %.1fx torch" % TARGET_VS_TORCH, [(ratio(r, "torch", "cufold"), _what(r)) for r in sums],
            TARGET_VS_TORCH, ge)
     target("cumsum >= %d%% of the floor" % (TARGET_FLOOR * 100),
@@ -264,6 +291,8 @@ def evaluate(results):
            TARGET_1D_AFFINE_FLOOR, ge)
     target("cumsum int32 -> int64 >= %.1fx torch.cumsum" % TARGET_VS_TORCH,
            [(ratio(r, "torch", "cufold"), _what(r)) for r in wide_sums], TARGET_VS_TORCH, ge)
+    target("transformed cumsum within 3%% of the plain cumsum's time",
+           [(ratio(r, "plain", "cufold"), _what(r)) for r in squares], TARGET_TRANSFORM_VS_PLAIN, ge)
     return out
 
 
@@ -279,6 +308,11 @@ def format_results(results):
         lines.append("%-34s %-22s %s %s %s %s %s %s %7s%s" % (
             _what(r), r["plan"][:22], f(cf), f(tt), f(tr), f(jx), R.ratio_cell(tt, cf, 8), R.ratio_cell(jx, cf, 8),
             "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-", flags))
+    for r in results["records"]:
+        plain, cf = gpu_us(r, "plain"), gpu_us(r, "cufold")
+        if plain:
+            lines.append("%-34s plain cumsum (no transform) %s us: the transformed one takes %.3fx its time" % (
+                _what(r), R.us_cell(plain).strip(), (cf or float("nan")) / plain))
     lines += ["", ("floors: read + write at the copy bandwidth (cumsum 8 B, int32 -> int64 12 B, affine 16 B an "
                    "element; the Triton kernel writes h only: 12 B)"), "targets:"]
     lines += R.case_target_lines(results["targets_evaluated"])
@@ -288,7 +322,7 @@ def format_results(results):
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m cufold bench scan-axes",
                                 description="Scans along axes vs torch.cumsum(dim=), Triton and JAX.")
-    p.add_argument("--cases", default=None, help="comma list of kinds: cumsum, affine")
+    p.add_argument("--cases", default=None, help="comma list of kinds: cumsum, affine, cumsum-int64, cumsum-square")
     return add_run_options(p, "scan-axes", dry_run="print the cases and exit (no GPU needed)")
 
 

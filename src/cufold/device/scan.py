@@ -508,9 +508,10 @@ def _generated_lane_io(vt, sources, ld, hinted):
         if src == "array":
             views.append("%s[start:]" % a)
             loads.append("cuda.%s(%s, k)" % (ld, a) if hinted[i] else "%s[k]" % a)
-        elif src == "counting":
-            views.append("T%d(%s + T%d(start))" % (i, a, i))
-            loads.append("T%d(%s + T%d(k))" % (i, a, i))
+        elif src in ("counting", "countdown"):          # countdown: a reversed counting (_reversed)
+            sign = "+" if src == "counting" else "-"
+            views.append("T%d(%s %s T%d(start))" % (i, a, sign, i))
+            loads.append("T%d(%s %s T%d(k))" % (i, a, sign, i))
         else:
             views.append(a)
             loads.append(a)
@@ -1380,11 +1381,36 @@ def _scan_axis(axis, ndim):
 
 
 def _reversed(arrs):
-    """1-D Arr(s) walked from their last element."""
+    """1-D Arr(s) walked from their last element (a generated counting input: one that
+    counts down from its last item, ``countdown``; a constant: itself)."""
     def flip(a):
+        if a.__class__ is _arrays.Generated:
+            if a.source != "counting":
+                return a
+            with np.errstate(over="ignore"):          # integers wrap, as the items do
+                last = a.param + np.asarray(a.size - 1).astype(a.dtype)[()]
+            return _arrays.Generated("countdown", a.size, last, a.dtype)
         s = a.strides[0]
         return _arrays.window(a, (a.size - 1) * s, (a.size,), (-s,))
     return tuple(map(flip, arrs)) if isinstance(arrs, tuple) else flip(arrs)
+
+
+def _input_type(arrs):
+    """The InputType of Arr(s) ``arrs`` (generated fields by their source)."""
+    fields = _fields(arrs)
+    dts = tuple(a.dtype for a in fields)
+    return InputType.of(dts if isinstance(arrs, tuple) else dts[0],
+                        tuple(getattr(a, "source", "array") for a in fields))
+
+
+def _check_reversible(in_vt):
+    """A reversed scan reads a generated counting input counting down from its last
+    item: exact for integers (which wrap alike both ways), not for floats."""
+    for f, src in zip(in_vt.fields, in_vt.sources):
+        if src == "counting" and f.kind == "f":
+            raise ValueError("cufold: a reversed scan of a floating-point counting() is not supported "
+                             "(its items counted down would round differently); use an integer dtype "
+                             "and transform= to convert")
 
 
 def _flat(arrs):
@@ -1412,11 +1438,8 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     transform = as_transform(transform)
     item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
     acc_vt, out_vt, identity = _types_for(op, item_vt, dtype, numpy_sum)
-    generated = getattr(in_vt, "sources", None) is not None
-    if (transform is not None or generated) and (
-            ax is not None or not all(a.ndim <= 1 or a.c_contiguous for a in arrs) or (reverse and generated)):
-        raise ValueError("cufold: transform= and generated inputs scan whole contiguous arrays (axis=None%s) "
-                         "for now" % (", not reversed" if generated else ""))
+    if getattr(in_vt, "sources", None) is not None and reverse:
+        _check_reversible(in_vt)
     has_init = False
     if kind == "exclusive":
         if init is None:
@@ -1446,18 +1469,21 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     if total:
         vecs = tuple(_arrays.window(b.output(like, (), f), 0, (1,), (1,)) for f in out_vt.fields)
         totals = vecs if out_vt.is_tuple else vecs[0]
-    src, src_vt = (xs if is_tuple else xs[0]), in_vt
+    # ``tf``: the transform still to apply as the scan loads ``src`` (a gather applies it on its way)
+    src, src_vt, tf = (xs if is_tuple else xs[0]), in_vt, transform
     if n == 0:
         if total:
             fill(b, out_vt, totals, 1, identity)
     elif ax is None:                             # the whole array, in C order
         if not all(a.ndim <= 1 or a.c_contiguous for a in xs):
-            _sa.gather(b, in_vt, out_vt, src, outs, n)           # then scanned in place
-            src, src_vt = outs, out_vt
+            _sa.gather(b, in_vt, out_vt, src, outs, n, tf)       # then scanned in place
+            src, src_vt, tf = outs, out_vt, None
         src, dst = _flat(src), outs
         if reverse:
             src, dst = _reversed(src), _reversed(dst)
-        p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm, transform if src_vt is in_vt else None)
+            if src_vt is in_vt:                  # generated fields count down (_reversed)
+                src_vt = _input_type(src)
+        p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm, tf)
         add_launches(b, p, src, dst, n, init_value, has_init, totals)
     else:
         lay = None
@@ -1468,14 +1494,14 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
         if len({a.strides for a in xs}) == 1:
             lay = _sa.plan_layout(shape, xs[0].strides, out_strides, ax, reverse)
         if lay is None:                          # batch dims that do not merge: gather, scan in place
-            _sa.gather(b, in_vt, out_vt, src, outs, n)
-            src, src_vt = outs, out_vt
+            _sa.gather(b, in_vt, out_vt, src, outs, n, tf)
+            src, src_vt, tf = outs, out_vt, None
             lay = _sa.plan_layout(shape, out_strides, out_strides, ax, reverse)
             if lay is None:
                 raise ValueError("cufold: cannot scan along axis %d of an out= with strides %s; "
                                  "pass a C-contiguous out=" % (ax, out_strides))
         if lay.kind == "flat":
-            p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm)
+            p = _plan_for(op, src_vt, acc_vt, out_vt, n, kind, algorithm, tf)
             add_launches(b, p, _sa.flat_windows(src, lay.inp, lay), _sa.flat_windows(outs, lay.out, lay), n,
                          init_value, has_init, None)
         else:
@@ -1484,7 +1510,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
             ws = _launch.workspace(b.device_id, b.stream, nbytes)[1]
             views = _sa.segment_windows if lay.kind == "segments" else _sa.windows
             _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, views(src, lay.inp, lay),
-                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var)
+                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var, tf)
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
     if given:
@@ -1535,11 +1561,13 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         choose their kernel by shape.
     total : also return the reduction of all of ``x`` (0-d device array(s)),
         from the same pass (scans of the whole array only).
-    transform : a function of one item (of the tuple of items for tuple inputs)
-        applied to each item as it is loaded, in the same kernel; the scan
-        combines (and its dtype rules see) what it returns. ``x`` may also be or
-        hold generated inputs (``cufold.counting``, ``cufold.constant``). Both for
-        whole contiguous arrays (``axis=None``) for now.
+    transform : a function of one item (of the tuple of items for tuple inputs:
+        zipped) applied to each item as it is loaded, in the same kernel, along
+        any axis, reversed, of any view (a view that is first gathered is
+        transformed by the gather); the scan combines (and its dtype rules and
+        result dtype follow) what it returns. ``x`` may also be or hold generated
+        inputs (``cufold.counting``, ``cufold.constant``: 1-D, so ``axis`` None,
+        0 or -1; reversed too, except a floating-point ``counting``).
 
     Returns the scanned array(s) in ``x``'s library, or ``(scanned, total)``;
     the host is not synchronised.
@@ -1558,6 +1586,11 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         >>> cufold.inclusive_scan((a, b), affine, axis=-1)[1]
         array([[1.  , 1.5 , 1.75],
                [1.  , 1.5 , 1.75]])
+        >>> cufold.inclusive_scan((a, b), affine, axis=-1, transform=lambda ab: (ab[0], ab[1] * 2))[1]
+        array([[2. , 3. , 3.5],
+               [2. , 3. , 3.5]])
+        >>> cufold.cumsum(cufold.counting(4), reverse=True).copy_to_host()    # generated: no memory
+        array([6, 6, 5, 3])
     """
     return _scan(x, op, None, dtype, out, stream, algorithm, total, "inclusive", "inclusive_scan",
                  axis=axis, reverse=reverse, transform=transform)

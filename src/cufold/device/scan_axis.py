@@ -68,6 +68,13 @@ its launches, with no host synchronisation.
 
 All kernels combine operands in sequence order (an associative operator is
 enough); exclusive scans start every row at ``init`` (or the identity).
+
+``transform=`` (a function of an item, or of a tuple input's tuple of items) is
+fused into every kernel's loads of the input (``scan._to_acc``): segments, lanes,
+tiles (the tile loads of :mod:`.scan`), both phases of columns (the spine scans
+folds, untransformed); the gather applies it on its way, so the scan in place after
+it has none. Each kernel factory takes it as its last parameter (None: the kernel
+of before, under the launch key of before).
 """
 
 import collections
@@ -230,14 +237,16 @@ def _local(vt, count):
 # --- lanes: groups of G lanes per row ------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
+def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split, transform=None):
     """Kernel ``(xs, outs, rows, cols, init)`` over 3-D ``(A, L, C)`` views
     (``rows = A*C``, row ``r`` is ``(r // C, :, r % C)``): groups of ``group``
     lanes (a power of two <= 32) scan a row ``group`` items at a time (a shuffle
     scan of the group, after the carry of the items before); each lane works on
     ``per_lane`` rows at once. Every lane of a warp runs every step (shuffles
     with the full mask): lanes past the last row load a real item and store nothing.
-    ``split``: ``C > 1`` (else a row is ``(r, :, 0)``, with no division)."""
+    ``split``: ``C > 1`` (else a row is ``(r, :, 0)``, with no division).
+    ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into the loads."""
+    from . import scan as S
     g = group
     exclusive = kind == "exclusive"
     scan = warp.inclusive_scan(op, acc_vt, width=g)
@@ -245,7 +254,7 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
     combine = op.combine(acc_vt)
     load_in, _ = _access3(in_vt)
     _, store_out = _access3(out_vt)
-    to_acc, to_out = acc_vt.cast, out_vt.cast
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
     get, put = acc_vt.load, acc_vt.store
     local = _local(acc_vt, per_lane)
     dims = _dims(in_vt)
@@ -295,7 +304,7 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split):
 # --- segments: rows back to back, a warp over whole rows ----------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
+def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None):
     """Kernel ``(xs, outs, rows, length, rows_per_warp, init)`` over 1-D views of
     ``rows`` rows of ``length`` items back to back: each warp takes
     ``rows_per_warp`` whole rows at a time and walks them 32 items a step
@@ -303,7 +312,8 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
     Kogge-Stone scan over the 32 lanes whose segment heads come from the item's
     position in its row (no flags: lane ``l`` adds lane ``l - d`` where its
     position is ``>= d``), and the carry of the step before where a row started
-    before it. The position moves by ``32 % length`` a step: no division."""
+    before it. The position moves by ``32 % length`` a step: no division.
+    ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into the loads."""
     from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
@@ -311,7 +321,7 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane):
     # A lane's accesses of a step group: one address register, constant offsets (32 k).
     view_in, load_in, _ = S._lane_io(in_vt, "stream")
     view_out, _, store_out = S._lane_io(out_vt, "stream")
-    to_acc, to_out = acc_vt.cast, out_vt.cast
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
     get, put = acc_vt.load, acc_vt.store
     local = _local(acc_vt, per_lane)
     group = 32 * per_lane
@@ -458,19 +468,21 @@ def row_tile(in_vt, acc_vt, length):
 # --- columns: a thread per (column, chunk) ---------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll):
+def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll, transform=None):
     """Kernel ``(xs, outs, chunk, chunks, cols, partials, init, has_init)`` over 3-D
     ``(A, L, C)`` views: thread ``w`` takes column ``w % C`` of chunk ``w // C %
     chunks`` (``chunk`` items) of row group ``w // (C*chunks)``. ``phase``: 'up'
     folds the chunk into ``partials[(a*C + c), chunk, 0]`` (not the last chunk);
     'down' scans the chunk after its carry (``partials[.., chunk - 1, 0]``: the
-    inclusive scan of the folds before it), writing ``outs``."""
+    inclusive scan of the folds before it), writing ``outs``. ``transform``: None or an
+    ops.Transform of ``in_vt``'s items, fused into the loads (of both phases)."""
+    from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
     load_in, _ = _access3(in_vt)
     _, store_out = _access3(out_vt)
     load_acc, store_acc = _access3(acc_vt)
-    to_acc, to_out = acc_vt.cast, out_vt.cast
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
     get, put = acc_vt.load, acc_vt.store
     local = _local(acc_vt, unroll)
     up = phase == "up"
@@ -527,9 +539,11 @@ def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll):
 # --- gather (views that are not three merged groups) -----------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def gather_kernel(in_vt, out_vt, ndim, flat_out):
+def gather_kernel(in_vt, out_vt, ndim, flat_out, transform=None):
     """Kernel ``(xs, outs, n)``: ``outs`` = ``xs`` (``ndim``-D) in C order, cast to
-    ``out_vt``; ``outs`` is 1-D (``flat_out``) or of ``xs``'s shape."""
+    ``out_vt``; ``outs`` is 1-D (``flat_out``) or of ``xs``'s shape. ``transform``:
+    None or an ops.Transform applied to each item (a tuple input's tuple of items)
+    on its way, so the scan in place after it reads the input once."""
     idx = ", ".join("np.uint64(i%d)" % d for d in range(ndim))
     lines = ["def gather(x, o, n):",
              "    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x",
@@ -541,10 +555,17 @@ def gather_kernel(in_vt, out_vt, ndim, flat_out):
         lines += ["        i%d = r %% shape[%d]" % (d, d), "        r = r // shape[%d]" % d]
     lines.append("        i0 = r")
     at = "np.uint64(i)" if flat_out else idx
-    for f in range(in_vt.arity):
-        lines.append("        %s[%s] = O%d(%s[%s])" % (out_vt._field("o", f), at, f, in_vt._field("x", f), idx))
-    lines.append("        i += step")
     env = {"O%d" % i: f.type for i, f in enumerate(out_vt.fields)}
+    if transform is None:
+        for f in range(in_vt.arity):
+            lines.append("        %s[%s] = O%d(%s[%s])" % (out_vt._field("o", f), at, f, in_vt._field("x", f), idx))
+    else:
+        env["tf"] = transform.device(in_vt)
+        lines.append("        v = tf(%s)" % in_vt._pack(["%s[%s]" % (in_vt._field("x", f), idx)
+                                                           for f in range(in_vt.arity)]))
+        for f in range(out_vt.arity):
+            lines.append("        %s[%s] = O%d(%s)" % (out_vt._field("o", f), at, f, out_vt._field("v", f)))
+    lines.append("        i += step")
     return _codegen.build("\n".join(lines) + "\n", "gather", env, device=False)
 
 
@@ -558,12 +579,14 @@ def _threads():
     return 32 if config.ENABLE_CUDASIM else 256
 
 
-def gather(b, in_vt, out_vt, xs, outs, n):
-    """Add the launch copying ``xs`` (N-D) into ``outs`` in C order, cast."""
+def gather(b, in_vt, out_vt, xs, outs, n, transform=None):
+    """Add the launch copying ``xs`` (N-D) into ``outs`` in C order, cast (through
+    ``transform`` where given)."""
     nd = (xs[0] if in_vt.is_tuple else xs).ndim
     flat = (outs[0] if out_vt.is_tuple else outs).ndim == 1 and nd != 1
     nt = _threads()
-    b.launch(gather_kernel(in_vt, out_vt, nd, flat), ("scan_gather", in_vt, out_vt, nd, flat),
+    key = ("scan_gather", in_vt, out_vt, nd, flat) + ((transform,) if transform is not None else ())
+    b.launch(gather_kernel(in_vt, out_vt, nd, flat, transform), key,
              _grid(b, n, nt, 8), nt, (xs, outs, n))
 
 
@@ -596,20 +619,24 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
     return 0
 
 
-def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_init, ws, offset, var):
+def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_init, ws, offset, var,
+                 transform=None):
     """Add the launches of a scan of layout ``lay`` (not 'flat') to builder ``b``:
     ``xs``/``outs`` are the 3-D views (:func:`windows`); ``init`` a value of
     ``acc_vt`` (an exclusive scan's start; any value for inclusive ones);
-    ``ws``/``offset``: workspace to carve (:func:`scratch_bytes` bytes)."""
+    ``ws``/``offset``: workspace to carve (:func:`scratch_bytes` bytes);
+    ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into every
+    kernel's loads of ``xs`` (a spine of folds has none)."""
     from . import scan as S
+    tf = (transform,) if transform is not None else ()       # in launch keys (none: as before)
     rows = lay.A * lay.C
     if lay.kind == "segments":
         per_lane = SEGMENT_STEPS
         rows_per_warp = max(1, 32 * per_lane // lay.L)
         nt = _threads()
         grid = _grid(b, -(-rows // rows_per_warp) * 32, nt, 8)
-        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane),
-                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane), grid, nt,
+        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform),
+                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane) + tf, grid, nt,
                  (xs, outs, rows, lay.L, rows_per_warp, init))
         return
     if lay.kind == "lanes":
@@ -619,8 +646,8 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         groups = -(-rows // per_lane)
         grid = _grid(b, groups * group, nt, 8)
         split = lay.C > 1
-        b.launch(lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split),
-                 ("scan_lanes", op, in_vt, acc_vt, out_vt, kind, group, per_lane, split), grid, nt,
+        b.launch(lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split, transform),
+                 ("scan_lanes", op, in_vt, acc_vt, out_vt, kind, group, per_lane, split) + tf, grid, nt,
                  (xs, outs, rows, lay.C, init))
         return
     if lay.kind == "tiles":
@@ -631,12 +658,12 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         spelling = "index" if lay.inp[1][1] < 0 else "slice"       # (registers: _row_view)
         if per_row == 1:
             spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block",
-                          var._replace(states=None, poll=None, ids=None))
+                          var._replace(states=None, poll=None, ids=None), transform)
             b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
                      (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
             return
         var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
-        spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var)
+        spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var, transform)
         slots = tiles * S.state_words(var.states)
         st = S.look_back_state(b.device_id, b.stream, slots)
         b.guard(lambda: st.fits(slots))
@@ -658,19 +685,19 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     if chunks == 1:
         dummy, offset = S._carve(ws, offset, acc_vt, 1)
         parts = windows(dummy, (0, (0, 0, 0)), lay._replace(A=1, L=1, C=1))
-        b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL),
-                 ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down"), grid, nt,
+        b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL, transform),
+                 ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down") + tf, grid, nt,
                  (xs, outs, chunk, chunks, lay.C, parts, init, has_init))
         return
     flat, offset = S._carve(ws, offset, acc_vt, rows * chunks)
     spine = Layout("segments" if chunks <= LANE_ROW else "tiles", rows, chunks, 1,
                    (0, (chunks, 1, 1)), (0, (chunks, 1, 1)))
     parts = windows(flat, spine.inp, spine)
-    b.launch(columns_kernel(op, in_vt, acc_vt, acc_vt, kind, "up", COLUMN_UNROLL),
-             ("scan_columns", op, in_vt, acc_vt, acc_vt, kind, "up"), grid, nt,
+    b.launch(columns_kernel(op, in_vt, acc_vt, acc_vt, kind, "up", COLUMN_UNROLL, transform),
+             ("scan_columns", op, in_vt, acc_vt, acc_vt, kind, "up") + tf, grid, nt,
              (xs, parts, chunk, chunks, lay.C, parts, init, has_init))
     run = segment_windows(flat, (0, (0, 1, 0)), spine) if spine.kind == "segments" else parts
     add_launches(b, spine, op, acc_vt, acc_vt, acc_vt, "inclusive", run, run, init, False, ws, offset, var)
-    b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL),
-             ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down"), grid, nt,
+    b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL, transform),
+             ("scan_columns", op, in_vt, acc_vt, out_vt, kind, "down") + tf, grid, nt,
              (xs, outs, chunk, chunks, lay.C, parts, init, has_init))

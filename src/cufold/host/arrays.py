@@ -549,6 +549,10 @@ def describe_many(xs, name="x", stream=None):
     shape = arrs[0].shape
     for a in arrs:
         if a.shape != shape:
+            if any(b.__class__ is Generated for b in arrs):
+                raise ValueError("cufold: the arrays of %s must be equally long; generated inputs (counting, "
+                                 "constant) are 1-D, so the arrays zipped with them must be too; got shapes %s"
+                                 % (name, ", ".join(str(b.shape) for b in arrs)))
             raise ValueError(
                 "cufold: the arrays of %s must be equally long; got lengths %s"
                 % (name, ", ".join(str(b.shape[0] if b.ndim == 1 else b.shape) for b in arrs)))
