@@ -704,14 +704,12 @@ def _plan_segmented_key(key, *arrays):
     _check_values(arrs, "values")
     _check_offsets(off)
     _arrays.same_device(tuple(a for a in arrays if a.library != "generated"), "values and offsets")
-    if deterministic.__class__ is str and any(a.dtype.kind == "f" for a in arrs):
+    if deterministic.__class__ is str and any(f.kind == "f" for f in _item_type(_value_type(arrs), transform).fields):
         if deterministic != "gpu_to_gpu":
             raise ValueError("cufold: deterministic must be True or 'gpu_to_gpu'; got %r" % (deterministic,))
-        if transform is not None or any(a.library == "generated" for a in arrs):
-            raise ValueError("cufold: deterministic='gpu_to_gpu' takes stored values, without transform= (yet)")
         from . import reproducible
         b = _programs.Builder(off.device_id, handle, handle if given_stream else None)
-        reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype)
+        reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype, transform)
         return b.build()
     return _plan_segmented(arrs, off, as_op(op), init, dtype, handle, handle if given_stream else None,
                            "segmented_reduce", transform=transform)
