@@ -1462,17 +1462,14 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         (array([2., 4., 3.]), array([0., 0., 2.66666667]))
     """
     if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
-        if transform is not None:
-            raise TypeError("cufold: reduce_by_key_into takes transform= with single values and out (not "
-                            "tuples) for now")
-        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
+        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream, transform)
     o = _arrays.describe(out, "out")
     k = _arrays.describe(keys, "keys")
     v = _arrays.describe(values, "values")
     handle = _arrays.stream_handle((o, k, v), stream)
     if v.ndim != 1 or o.ndim != 1:       # feature rows: values (n, F), out (m, F)
         from . import rows
-        rows.reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle)
+        rows.reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle, transform)
         return out
     sig = _programs.signature
     # no stream-ordered allocation (the Program allocates nothing): the handle is enough
