@@ -1433,9 +1433,16 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         ``[0, len(out))`` (and ``ValueError`` for keys not grouped under
         ``algorithm='sorted', deterministic=True``).
         False: no synchronisation; bad keys are skipped. Never a write out of bounds.
-    transform : a function of one value applied to each as it is loaded, in the same
-        kernel (``out`` accumulates what it returns; single values and out only).
-        ``values`` may be a generated input: ``reduce_by_key_into(keys,
+    transform : a function applied to each value as it is loaded, in the same kernel
+        (``out`` accumulates what it returns, cast to ``out``'s dtype under NumPy's
+        ``same_kind`` rule). Single values: a function of one value. Feature rows:
+        a function of one item, applied to every feature of a row on its own. Tuple
+        values: a function of the tuple of items (the ``values`` arrays zipped; one
+        item for one array) returning the operator's value, one field per ``out``
+        array (a wrong arity raises a TypeError naming the function); no lift then,
+        e.g. ``reduce_by_key_into(keys, (x, cufold.counting(n)), (best, at),
+        cufold.argmax, transform=lambda v: (abs(v[0]), v[1]))``. ``values`` (or a
+        field of tuple values) may be a generated input: ``reduce_by_key_into(keys,
         cufold.counting(len(keys)), first, cufold.minimum)`` finds each key's first
         position.
 

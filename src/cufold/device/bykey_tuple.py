@@ -81,6 +81,14 @@ forced with ``algorithm=`` to time it):
                 nothing is lost and nothing serialises on a hot key.
 ==============  ==========================================================================
 
+``transform=fn``: ``fn`` takes the tuple of items (the ``values`` arrays zipped, generated
+fields computed from the index; the item itself for one array) and returns the operator's
+value, one field per ``out`` array (cast under NumPy's ``same_kind`` rule); it is fused into
+the scatter kernels' loads (``adaptive``, ``warp``, ``atomic``, ``cas``), into the segments
+kernel (``sorted``) or into the gather (``grouped``), and nothing is lifted. ``packed``
+reads its words from stored fields: a transformed argmin/argmax takes ``cas`` (64-bit
+values) or ``grouped``. Generated value fields without a transform load the same way.
+
 Lifts (one ``values`` array, an ``out`` of more fields): ``argmin``/``argmax`` with an
 ``out`` pair take ``(values[i], i)`` (the position in ``values``, as ``cufold.argmax(x)``);
 ``welford`` with an ``out`` triple takes ``(1, values[i], 0)``.

@@ -1,7 +1,8 @@
 """Sums reproducible on any GPU: ``deterministic="gpu_to_gpu"`` (CUB's name).
 
 ``cufold.sum(x, deterministic="gpu_to_gpu")`` (and ``mean``, ``reduce`` with
-``plus``, ``segmented_reduce`` with ``plus``) returns the same bits for any
+``plus``, ``segmented_reduce`` with ``plus``, any of them with ``transform=``, and
+``dot``, ``vdot``, ``norm``) returns the same bits for any
 launch configuration (tile, grid), any GPU model, any order of the items and
 any split of the input into pieces whose partial *states* are combined later
 (:func:`sum_state`, :func:`combine_states`, :func:`finalise`: the multi-GPU
@@ -78,7 +79,22 @@ Which kernel runs when
   (grid-stride over segments), lanes fold the segment's tiles, a warp
   reduction of states, lane 0 writes; balanced for segments of similar
   length (one warp walks a long segment alone).
-* ``axis=``, non-contiguous views, tuple values, ``init=``: not supported
+* fused items (``transform=`` on ``sum``/``mean``/``reduce(plus)``/
+  ``segmented_reduce``; ``dot``, ``vdot``, ``norm``): the same kernels, each item
+  ``F(transform(load(xs, i)))`` (:func:`items_of`: zipped tuple inputs, generated
+  fields computed from the index), the transform's result binned as its own dtype
+  (float16/float32 as float32, float64 as float64). The state is the binned sum of the
+  transformed items, so the bound above holds with ``M`` the largest ``|transform(x)|``
+  (a dot product: ``|x_i y_i|``, each product rounded once to the accumulator dtype,
+  as the plain dot's). The sum is then as reproducible as the transform's results
+  are: single IEEE operations (``*``, ``/``, ``abs``, ``sqrt``; the shortcuts' transforms)
+  round the same everywhere; libdevice functions (``exp``, ``pow``) are the same code on
+  every model; ``a * b + c`` may be contracted into an ``fma`` by NVVM (alike for every
+  target in practice, but a compiler's choice: the simulator's and NumPy's references
+  round it twice). ``post=`` maps the finished value (``norm``'s ``sqrt``);
+  ``norm(ord=inf/-inf)`` and other min/max reductions are exact in any order and run
+  the ordinary kernels. Always 4-byte loads of fused items (never ``wide``).
+* ``axis=``, ``keepdims``, non-contiguous views, ``init=``: not supported
   (a clear error).
 """
 
@@ -91,8 +107,8 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block, warp
-from ..ops import Op
-from ..values import ValueType
+from ..ops import Op, as_transform
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from ..host.launch import Tile
 from . import reduce as _reduce_mod
@@ -640,7 +656,7 @@ def plan_segments(b, arrs, off, m, op, init, dtype, transform=None):
     value fields ``arrs`` (several, or generated ones, with a ``transform`` to one float):
     returns the output placeholder."""
     from ..ops import plus
-    from .segmented import _value_type, _item_type
+    from .segmented import _item_type, _value_type
     if op is not plus:
         raise ValueError("cufold: deterministic='gpu_to_gpu' applies to sums (op=cufold.plus), not %s"
                          % getattr(op, "name", op))
@@ -677,29 +693,49 @@ def plan_segments(b, arrs, off, m, op, init, dtype, transform=None):
 # --- the public state helpers -----------------------------------------------------------------
 
 def _state_plan(key, *arrays):
-    _, h, given_stream, tile, grid, wide = key
-    (a,) = arrays
-    bin_dt = binning_dtype(a.dtype)
-    if bin_dt is None or a.dtype.kind not in "f" or not a.c_contiguous:
-        raise TypeError("cufold: sum_state takes a contiguous float16/float32/float64 array; got %s%s"
-                        % (a.dtype, "" if a.c_contiguous else " (non-contiguous)"))
-    b = _programs.Builder(a.device_id, h, h if given_stream else None)
-    x = b.input(a)
-    if a.ndim != 1:
-        x = _arrays.window(x, 0, (a.size,), (1,))
-    out = b.output(x, (STATE_WORDS,), np.int64)
-    sum_plan(b, x, a.size, out, dtype=bin_dt, finish="state", item=_item_for(a.dtype, bin_dt), tile=tile,
-             grid=grid, wide=wide)
+    _, h, given_stream, tile, grid, wide, transform = key
+    transform = as_transform(transform)
+    like = _arrays.first_stored(arrays)
+    in_vt = InputType.of(tuple(a.dtype for a in arrays) if len(arrays) > 1 else arrays[0].dtype,
+                         tuple(getattr(a, "source", "array") for a in arrays))
+    item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
+    item_dt = None if item_vt.is_tuple else item_vt.dtype
+    bin_dt = binning_dtype(item_dt) if item_dt is not None else None
+    contiguous = all(a.c_contiguous for a in arrays)
+    if bin_dt is None or item_dt.kind != "f" or not contiguous:
+        raise TypeError("cufold: sum_state takes a contiguous float16/float32/float64 array (or arrays and a "
+                        "transform= to one such value); got %s%s" % (item_vt, "" if contiguous else
+                                                                     " (non-contiguous)"))
+    if any(a.size != like.size for a in arrays):
+        raise ValueError("cufold: sum_state's arrays must have equally many items; got %s"
+                         % [a.size for a in arrays])
+    b = _programs.Builder(like.device_id, h, h if given_stream else None)
+    xs = []
+    for a in arrays:
+        x = b.input(a)
+        xs.append(_arrays.window(x, 0, (a.size,), (1,)) if a.ndim != 1 else x)
+    first = _arrays.first_stored(xs)
+    out = b.output(first, (STATE_WORDS,), np.int64)
+    plain = transform is None and len(arrays) == 1 and arrays[0].library != "generated"
+    item = _item_for(item_dt, bin_dt) if plain else items_of(in_vt, transform, bin_dt)
+    sum_plan(b, tuple(xs) if len(xs) > 1 else xs[0], like.size, out, dtype=bin_dt, finish="state", item=item,
+             tile=tile, grid=grid, wide=wide)
     return b.build()
 
 
 _STATES = _programs.Programs(_state_plan, "cufold.reproducible.sum_state")
 
 
-def sum_state(x, *, stream=None, tile=None, grid=None, wide=None):
+def sum_state(x, *, stream=None, tile=None, grid=None, wide=None, transform=None):
     """The binned state of ``x``'s sum: a device int64 array of :data:`STATE_WORDS`
     words (``x``'s library), to combine with others (:func:`combine_states`) and
     finalise (:func:`finalise`). float16 items are binned as float32.
+
+    ``transform``: a function of one item (of the tuple of items where ``x`` is a tuple
+    of equally long arrays, zipped; generated inputs too) returning one float, fused as
+    in ``cufold.sum(x, transform=...)``: the state of the sum of what it returns (a
+    piece of a reproducible dot product: ``sum_state((x0, y0), transform=lambda v: v[0]
+    * v[1])``, the same state as ``cufold.dot``'s).
 
     ``tile=(threads, items_per_thread)``, ``grid=blocks`` and ``wide`` (8-byte loads
     of float32 items) change the launch (for tests and study): the state never changes
@@ -711,9 +747,10 @@ def sum_state(x, *, stream=None, tile=None, grid=None, wide=None):
         >>> both = torch.stack([t.to("cuda:0") for t in s])
         >>> cufold.reproducible.finalise(cufold.reproducible.combine_states(both), torch.float32)
     """
-    a = _arrays.describe(x)
-    h = _arrays.stream_handle(a, stream)
-    return _STATES.run((_programs.signature(a), h, stream is not None, tile, grid, wide), a)
+    arrs = _arrays.describe_many(x) if x.__class__ is tuple else (_arrays.describe(x),)
+    h = _arrays.stream_handle(arrs if x.__class__ is tuple else arrs[0], stream)
+    return _STATES.run((tuple(map(_programs.signature, arrs)), h, stream is not None, tile, grid, wide, transform),
+                       *arrs)
 
 
 def _combine_kernel_plan(key, *arrays):

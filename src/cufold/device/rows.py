@@ -54,6 +54,10 @@ call                            kernels
 ``reduce_by_key``               its run offsets (one synchronisation, as 1-D), then the same
 ==============================  =================================================================
 
+``transform=fn`` applies to each *item*: every feature of a row on its own (``fn`` of one
+value, fused into the kernel's loads: ``rows_kernel``'s ``load_value``); the piece levels
+reduce accumulators and take none.
+
 No host synchronisation beyond the 1-D functions'; scratch (the pieces) comes from the
 per-stream workspace and is bounded by the number of spans.
 """
