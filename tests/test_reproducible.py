@@ -398,6 +398,13 @@ def test_fused_errors(rng):
         R.sum_state((x, x), transform=lambda v: (v[0], v[1]))
     with pytest.raises(TypeError, match="transform <lambda>"):
         cufold.sum(x, transform=lambda v: v * 2, dtype=np.int64, deterministic="gpu_to_gpu")
+    with pytest.raises(ValueError, match="feature rows"):        # rows: run to run only, never silently
+        cufold.segmented_reduce(to_device(np.ones((4, 3), np.int32)), to_device(np.array([0, 4])),
+                                transform=lambda v: v * 0.5, deterministic="gpu_to_gpu")
+    e = to_device(np.zeros(0, np.float32))
+    assert float(to_host(cufold.norm(e, deterministic="gpu_to_gpu"))) == 0.0
+    assert float(to_host(cufold.dot(e, e, deterministic="gpu_to_gpu"))) == 0.0
+    assert float(to_host(cufold.sum(e, transform=square, post=lambda s: s + 1, deterministic="gpu_to_gpu"))) == 1
 
 
 @pytest.mark.skipif(SIMULATOR, reason="GPU sizes")

@@ -685,7 +685,8 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     off = _arrays.describe(offsets, "offsets")
     if len(arrs) == 1 and arrs[0].ndim != 1:          # feature rows (n, F)
         from . import rows
-        if deterministic.__class__ is str and arrs[0].dtype.kind == "f":
+        if deterministic.__class__ is str and \
+                rows.item_dtype(arrs[0].dtype, as_transform(transform), "segmented_reduce").kind == "f":
             raise ValueError("cufold: deterministic=%r takes 1-D values; feature rows (n, F) are reproducible "
                              "run to run (deterministic=True), not across GPUs" % (deterministic,))
         return rows.segmented_reduce(arrs[0], off, op, init, dtype, _arrays.stream_handle(arrs + (off,), stream),
