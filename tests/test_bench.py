@@ -998,6 +998,11 @@ def test_reproducible_candidates_through_numba():
     assert [r["label"] for r in recs] == ["cufold.sum", "cufold.sum[gpu_to_gpu]",
                                           "cufold.reproducible.sum_state[8-byte loads]",
                                           "cufold.reproducible.sum_state[4-byte loads]",
-                                          "cufold.sum", "cufold.sum[gpu_to_gpu]"]
+                                          "cufold.sum", "cufold.sum[gpu_to_gpu]",
+                                          "cufold.dot", "cufold.dot[gpu_to_gpu]",
+                                          "cufold.norm", "cufold.norm[gpu_to_gpu]"]
     for rec in recs:
         assert rec["status"] == "ok", rec
+    labels = {(c.id, x.label) for c in S.reproducible_cases(B.Env(), ("float32", "float64")) for x in c.candidates}
+    for t in S.REPRODUCIBLE_TARGETS:             # every target names a case and candidates that exist
+        assert (t["case"], t["label"]) in labels and (t["case"], t["peer"]) in labels, t

@@ -266,3 +266,157 @@ def test_simulator_fma_rounds_once():
     out64 = np.zeros(2, np.float64)
     k[1, 1](a64, out64)
     assert out64[0] == 2.0 ** -26 + 2.0 ** -54 and out64[1] == np.inf
+
+
+# --- fused items: transform=, dot, vdot, norm (issue 20) ---------------------------------------
+
+def product(v):
+    return v[0] * v[1]
+
+
+def square(v):
+    return v * v
+
+
+def bits(a):
+    return np.asarray(a).tobytes()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fused_sums_bits(rng, dt):
+    """sum/reduce/mean of a transform (zipped and generated inputs too), post=: the binned
+    sum of the transformed items, bit for bit, within the bound."""
+    x, y = spread(rng, 1100, dt), spread(rng, 1100, dt)
+    dx, dy = to_device(x), to_device(y)
+    got = to_host(cufold.sum(dx, transform=square, deterministic="gpu_to_gpu"))
+    assert got.dtype == dt and bits(got) == bits(host_sum(x * x))
+    b, exact = bound(x * x, dt)                # of the squares as the transform rounds them
+    assert abs(float(got) - exact) <= b
+    out = cuda.to_device(np.full(1, np.nan, dt))
+    cufold.reduce((dx, dy), cufold.plus, transform=product, deterministic="gpu_to_gpu", out=out)
+    assert bits(to_host(out)[0]) == bits(host_sum(x * y))
+    m = to_host(cufold.mean(dx, transform=abs, deterministic="gpu_to_gpu"))
+    assert bits(m) == bits(dt(R.host_finalise(R.host_state(np.abs(x)), dt) / x.size))
+    root = to_host(cufold.sum(dx, transform=square, post=math.sqrt, deterministic="gpu_to_gpu"))
+    assert root.dtype == dt and root == dt(math.sqrt(float(host_sum(x * x))))    # post sees the dt sum
+    ramp = to_host(cufold.sum((dx, cufold.counting(x.size, dtype=dt)), transform=product,
+                              deterministic="gpu_to_gpu"))
+    assert bits(ramp) == bits(host_sum(x * np.arange(x.size, dtype=dt)))
+    half = to_host(cufold.sum(cufold.counting(999, dtype=dt), transform=lambda v: v * dt(0.5),
+                              deterministic="gpu_to_gpu"))
+    assert half == dt(999 * 998 / 4)
+    ints = rng.integers(-99, 99, 500).astype(np.int32)   # an integer transform: the ordinary (exact) sum
+    assert to_host(cufold.sum(to_device(ints), transform=square, deterministic="gpu_to_gpu")) == \
+        (ints.astype(np.int64) ** 2).sum()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_dot_vdot_norm_bits(rng, dt):
+    x, y = spread(rng, 1000, dt, -20, 20), spread(rng, 1000, dt, -20, 20)
+    dx, dy = to_device(x), to_device(y)
+    d = to_host(cufold.dot(dx, dy, deterministic="gpu_to_gpu"))
+    assert d.dtype == dt and bits(d) == bits(host_sum(x * y))
+    assert abs(float(d) - math.fsum(x.astype(np.float64) * y)) <= bound(x * y, dt)[0] + \
+        2 * 1000 * np.finfo(dt).eps * float(np.abs(x.astype(np.float64) * y).max())   # each product rounded
+    v = to_host(cufold.vdot(to_device(x.reshape(25, 40)), to_device(y.reshape(25, 40)), deterministic="gpu_to_gpu"))
+    assert bits(v) == bits(d)
+    n2 = to_host(cufold.norm(dx, deterministic="gpu_to_gpu"))
+    assert n2.dtype == dt and bits(n2) == bits(dt(math.sqrt(host_sum(x * x))))
+    n1 = to_host(cufold.norm(dx, 1, deterministic="gpu_to_gpu"))
+    assert bits(n1) == bits(host_sum(np.abs(x)))
+    assert to_host(cufold.norm(dx, np.inf, deterministic="gpu_to_gpu")) == np.abs(x).max()
+    assert to_host(cufold.norm(dx, -np.inf, deterministic="gpu_to_gpu")) == np.abs(x).min()
+    assert to_host(cufold.norm(to_device(x.reshape(20, 50)), axis=(0, 1), deterministic="gpu_to_gpu")) == n2
+    out = cuda.to_device(np.full(1, np.nan, dt))
+    assert cufold.dot(dx, dy, out, deterministic="gpu_to_gpu") is out and bits(to_host(out)[0]) == bits(d)
+
+
+def test_dot_float16_and_integers(rng):
+    h, g = rng.standard_normal(700).astype(np.float16), rng.standard_normal(700).astype(np.float16)
+    got = to_host(cufold.dot(to_device(h), to_device(g), deterministic="gpu_to_gpu"))
+    p = h.astype(np.float32) * g.astype(np.float32)        # float16 multiplies in float32
+    assert got.dtype == np.float16 and bits(got) == bits(np.float16(R.host_finalise(R.host_state(p), np.float32)))
+    a, b = rng.integers(-1000, 1000, 700).astype(np.int32), rng.integers(-1000, 1000, 700).astype(np.int32)
+    assert to_host(cufold.dot(to_device(a), to_device(b), deterministic="gpu_to_gpu")) == \
+        int((a.astype(np.int64) * b).sum())
+
+
+def test_fused_same_bits_for_every_launch_permutation_and_split(rng, monkeypatch):
+    """A dot product's state (sum_state with a transform of zipped pieces) does not change with
+    the tile, the grid, the order of the pairs or a split into pieces combined later; the
+    combined pieces finalise to cufold.dot's bits."""
+    dt = np.float32
+    x, y = spread(rng, 800, dt, -40, 40), spread(rng, 800, dt)
+    ref = R.host_state(x * y)
+    whole = state((to_device(x), to_device(y)), transform=product)
+    assert as_tuple(whole) == ref
+    for tile, grid in (((32, 1), 1), ((32, 4), 3), ((64, 2), 2), ((96, 3), 5)):
+        assert state((to_device(x), to_device(y)), transform=product, tile=tile, grid=grid) == whole, (tile, grid)
+    p = rng.permutation(x.size)
+    assert state((to_device(x[p]), to_device(y[p])), transform=product) == whole
+    d = to_host(cufold.dot(to_device(x), to_device(y), deterministic="gpu_to_gpu"))
+    for _ in range(2):
+        cuts = np.sort(rng.choice(np.arange(1, x.size), 3, replace=False))
+        p = rng.permutation(x.size)
+        pieces = [np.asarray(state((to_device(a), to_device(b)), transform=product), np.int64)
+                  for a, b in zip(np.split(x[p], cuts), np.split(y[p], cuts), strict=True)]
+        assert tuple(to_host(R.combine_states(cuda.to_device(np.stack(pieces))))) == whole
+        assert bits(to_host(R.finalise(cuda.to_device(np.stack(pieces)), dt))) == bits(d)
+    monkeypatch.setenv("CUFOLD_TILE", "64x8")
+    assert bits(to_host(cufold.dot(to_device(x), to_device(y), deterministic="gpu_to_gpu"))) == bits(d)
+    assert bits(to_host(cufold.norm(to_device(x), deterministic="gpu_to_gpu"))) == \
+        bits(dt(math.sqrt(host_sum(x * x))))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fused_segmented_sums(rng, dt):
+    lengths = np.array([0, 1, 5, 0, 150, 33, 64, 3, 0, 70])
+    n = int(lengths.sum()) + 5
+    x, y = spread(rng, n, dt), spread(rng, n, dt)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    segs = list(zip(offsets[:-1], offsets[1:], strict=True))
+    got = to_host(cufold.segmented_reduce(to_device((x, y)), to_device(offsets), transform=product,
+                                          deterministic="gpu_to_gpu"))
+    assert got.dtype == dt
+    assert bits(got) == bits(np.array([host_sum((x * y)[a:b]) for a, b in segs], dt))
+    got = to_host(cufold.segmented_reduce(to_device(x), to_device(offsets), transform=abs,
+                                          deterministic="gpu_to_gpu"))
+    assert bits(got) == bits(np.array([host_sum(np.abs(x[a:b])) for a, b in segs], dt))
+    ramp = np.arange(n, dtype=dt)
+    got = to_host(cufold.segmented_reduce(cufold.counting(n, dtype=dt), to_device(offsets), transform=square,
+                                          deterministic="gpu_to_gpu"))
+    assert bits(got) == bits(np.array([host_sum((ramp * ramp)[a:b]) for a, b in segs], dt))
+
+
+def test_fused_errors(rng):
+    x = to_device(spread(rng, 64, np.float32).reshape(8, 8))
+    with pytest.raises(ValueError, match="cufold: deterministic='gpu_to_gpu' reduces whole"):
+        cufold.norm(x, axis=0, deterministic="gpu_to_gpu")
+    with pytest.raises(ValueError, match="non-contiguous"):
+        cufold.vdot(x.T if hasattr(x, "T") else x[:, ::2], x, deterministic="gpu_to_gpu")
+    with pytest.raises(TypeError, match="sum_state takes"):
+        R.sum_state((x, x), transform=lambda v: (v[0], v[1]))
+    with pytest.raises(TypeError, match="transform <lambda>"):
+        cufold.sum(x, transform=lambda v: v * 2, dtype=np.int64, deterministic="gpu_to_gpu")
+    with pytest.raises(ValueError, match="feature rows"):        # rows: run to run only, never silently
+        cufold.segmented_reduce(to_device(np.ones((4, 3), np.int32)), to_device(np.array([0, 4])),
+                                transform=lambda v: v * 0.5, deterministic="gpu_to_gpu")
+    e = to_device(np.zeros(0, np.float32))
+    assert float(to_host(cufold.norm(e, deterministic="gpu_to_gpu"))) == 0.0
+    assert float(to_host(cufold.dot(e, e, deterministic="gpu_to_gpu"))) == 0.0
+    assert float(to_host(cufold.sum(e, transform=square, post=lambda s: s + 1, deterministic="gpu_to_gpu"))) == 1
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU sizes")
+def test_gpu_fused_dot_launch_shapes(rng):
+    """On a GPU: a dot product's state (2^22 pairs) for small and large tiles and grids, and
+    cufold.dot's bits against the host model."""
+    dt = np.float32
+    x, y = spread(rng, (1 << 22) + 777, dt, -30, 30), spread(rng, (1 << 22) + 777, dt)
+    dx, dy = to_device(x), to_device(y)
+    ref = R.host_state(x * y)
+    for tile in ((32, 1), (128, 8), (256, 32)):
+        for grid in (1, 264, 1000):
+            assert as_tuple(state((dx, dy), transform=product, tile=tile, grid=grid)) == ref, (tile, grid)
+    assert bits(to_host(cufold.dot(dx, dy, deterministic="gpu_to_gpu"))) == bits(host_sum(x * y))
+    assert bits(to_host(cufold.norm(dx, deterministic="gpu_to_gpu"))) == bits(dt(math.sqrt(host_sum(x * x))))

@@ -276,10 +276,10 @@ def test_errors_name_the_function():
     with pytest.raises(TypeError, match="transform two"):
         cufold.reduce(d, cufold.Op(lambda a, b: a[0] + b[0]), transform=two)
 
-    with pytest.raises(ValueError, match="gpu_to_gpu"):           # not silently the untransformed sum
-        cufold.sum(d, transform=square, deterministic="gpu_to_gpu")
+    with pytest.raises(ValueError, match="gpu_to_gpu"):           # a tuple is not a reproducible sum
+        cufold.sum(d, transform=two, deterministic="gpu_to_gpu")
     with pytest.raises(ValueError, match="gpu_to_gpu"):
-        cufold.segmented_reduce(d, to_device(np.array([0, 8])), transform=square, deterministic="gpu_to_gpu")
+        cufold.segmented_reduce(d, to_device(np.array([0, 8])), transform=two, deterministic="gpu_to_gpu")
 
     def text(v):
         return "x"
@@ -427,3 +427,131 @@ def test_result_type_when_typing_alone_fails(monkeypatch):
         return v[0]
     with pytest.raises(TypeError, match="transform function takes_a_field does not compile"):
         as_transform(takes_a_field).result_type(ValueType.of(np.float32))
+
+
+# --- feature rows: the transform applies per item (each feature of a row) ----------------------
+
+@pytest.mark.parametrize("F", [1, 5, 40])
+def test_feature_rows_segmented_and_runs_with_transform(rng, F):
+    n = 150
+    v = rng.standard_normal((n, F)).astype(np.float32)
+    dv = to_device(v)
+    off = np.array([0, 3, 3, 70, 120, n])
+    got = to_host(cufold.segmented_reduce(dv, to_device(off), transform=abs))
+    assert got.shape == (5, F) and got.dtype == np.float32
+    close(got, [np.abs(v[a:b].astype(np.float64)).sum(0) for a, b in zip(off[:-1], off[1:])])
+    got = to_host(cufold.segmented_reduce(dv, to_device(off), cufold.maximum, init=-1.0, transform=square))
+    close(got, [(v[a:b].astype(np.float64) ** 2).max(0, initial=-1.0) for a, b in zip(off[:-1], off[1:])])
+    keys = np.sort(rng.integers(0, 12, n)).astype(np.int64)
+    uk, t = cufold.reduce_by_key(to_device(keys), dv, transform=square)
+    u = np.unique(keys)
+    np.testing.assert_array_equal(to_host(uk), u)
+    close(to_host(t), [(v[keys == k].astype(np.float64) ** 2).sum(0) for k in u])
+
+
+@pytest.mark.parametrize("F,deterministic", [(1, False), (6, False), (6, True), (36, False)])
+def test_feature_rows_reduce_by_key_into_with_transform(rng, F, deterministic):
+    n, m = 200, 15
+    keys = rng.integers(0, m, n).astype(np.int32)
+    v = rng.integers(-50, 50, (n, F)).astype(np.int32)
+    out = cuda.to_device(np.full((m, F), 1.0))
+    strided = to_device(np.asfortranarray(v))          # any strides: the kernels index flat memory
+    cufold.reduce_by_key_into(to_device(keys), strided, out, transform=lambda x: x * 0.5,
+                              deterministic=deterministic)
+    ref = np.ones((m, F))
+    np.add.at(ref, keys, v * 0.5)
+    np.testing.assert_array_equal(to_host(out), ref)      # halves of integers: exact in float64
+
+
+def test_feature_rows_transform_errors(rng):
+    v = to_device(np.ones((10, 3), np.float32))
+    with pytest.raises(TypeError, match="transform _two.*feature rows"):
+        cufold.segmented_reduce(v, to_device(np.array([0, 10])), transform=_two)
+    with pytest.raises(TypeError, match="transform _two.*feature rows"):
+        cufold.reduce_by_key(to_device(np.zeros(10, np.int32)), v, transform=_two)
+    with pytest.raises(TypeError, match="transform _two.*reduce_by_key_into"):
+        cufold.reduce_by_key_into(to_device(np.zeros(10, np.int32)), v, cuda.to_device(np.zeros((2, 3))),
+                                  transform=_two)
+    with pytest.raises(TypeError, match="same_kind"):
+        cufold.reduce_by_key_into(to_device(np.zeros(10, np.int32)), v,
+                                  cuda.to_device(np.zeros((2, 3), np.int64)), transform=square)
+
+
+def _two(v):
+    return (v, v)
+
+
+# --- tuple values by key: the transform takes the zipped items, returns the operator's value ----
+
+def _product_and_first(v):
+    return (v[0] * v[1], v[0])
+
+
+@pytest.mark.parametrize("algorithm", [None, "warp", "atomic", "grouped"])
+def test_tuple_by_key_with_transform(rng, algorithm):
+    n, m = 600, 23
+    keys = rng.integers(0, m, n).astype(np.int32)
+    x, y = rng.standard_normal(n), rng.standard_normal(n).astype(np.float32)
+    out = (cuda.to_device(np.full(m, 0.5)), cuda.to_device(np.full(m, -1.0)))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device((x, y)), out, transform=_product_and_first,
+                                    algorithm=algorithm)
+    assert got is out
+    r0, r1 = np.full(m, 0.5), np.full(m, -1.0)
+    np.add.at(r0, keys, x * y.astype(np.float64))
+    np.add.at(r1, keys, x)
+    close(to_host(out[0]), r0, rtol=1e-12, atol=1e-12)
+    close(to_host(out[1]), r1, rtol=1e-12, atol=1e-12)
+
+
+def test_tuple_by_key_sorted_cas_and_argmax_of_a_transform(rng):
+    n, m = 500, 19
+    keys = np.sort(rng.integers(0, m, n)).astype(np.int32)
+    x = rng.standard_normal(n)
+    # sorted keys: the segments kernel fuses the transform (deterministic, in order)
+    out = (cuda.to_device(np.zeros(m)), cuda.to_device(np.zeros(m)))
+    cufold.reduce_by_key_into(to_device(keys), to_device(x), out, transform=lambda v: (v, v * v),
+                              algorithm="sorted", deterministic=True)
+    r0, r1 = np.zeros(m), np.zeros(m)
+    np.add.at(r0, keys, x)
+    np.add.at(r1, keys, x * x)
+    close(to_host(out[0]), r0, rtol=1e-12, atol=1e-12)
+    close(to_host(out[1]), r1, rtol=1e-12, atol=1e-12)
+    # argmax of |x| by key with positions from counting: 64-bit values take cas, wider grouped
+    shuffled = rng.permutation(keys)
+    x32 = x.astype(np.float32)
+    for val_dt, pos_dt, algorithm in ((np.float32, np.int32, "cas"), (np.float64, np.int64, None)):
+        best = (cuda.to_device(np.full(m, -np.inf, val_dt)), cuda.to_device(np.full(m, -1, pos_dt)))
+        vals = (to_device(x32 if val_dt == np.float32 else x), cufold.counting(n, dtype=pos_dt))
+        cufold.reduce_by_key_into(to_device(shuffled), vals, best, cufold.argmax, algorithm=algorithm,
+                                  transform=lambda v: (abs(v[0]), v[1]))
+        a = np.abs(x32 if val_dt == np.float32 else x)
+        want = [np.flatnonzero(shuffled == k)[np.argmax(a[shuffled == k])] for k in range(m)]
+        np.testing.assert_array_equal(to_host(best[1]), want)
+        np.testing.assert_array_equal(to_host(best[0]), a[want])
+
+
+def test_tuple_by_key_generated_fields_and_errors(rng):
+    n, m = 400, 11
+    keys = rng.integers(0, m, n).astype(np.int32)
+    x = rng.standard_normal(n)
+    out = (cuda.to_device(np.zeros(m)), cuda.to_device(np.zeros(m, np.int64)))
+    cufold.reduce_by_key_into(to_device(keys), (to_device(x), cufold.constant(n, 1)), out)   # sums and counts
+    r0 = np.zeros(m)
+    np.add.at(r0, keys, x)
+    close(to_host(out[0]), r0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(to_host(out[1]), np.bincount(keys, minlength=m))
+    first = (cuda.to_device(np.full(m, np.iinfo(np.int64).max)),)
+    cufold.reduce_by_key_into(to_device(keys), (cufold.counting(n),), first, cufold.minimum, algorithm="grouped")
+    np.testing.assert_array_equal(to_host(first[0]), [np.flatnonzero(keys == k)[0] for k in range(m)])
+
+    def only_one(v):
+        return v[0] * v[1]
+
+    with pytest.raises(TypeError, match="transform only_one returns float64 .1 field.*out has 2"):
+        cufold.reduce_by_key_into(to_device(keys), to_device((x, x)), out, transform=only_one)
+    with pytest.raises(TypeError, match="same_kind"):
+        cufold.reduce_by_key_into(to_device(keys), to_device((x, x)), out, transform=lambda v: (v[0], v[1]))
+    with pytest.raises(ValueError, match="generated values"):
+        cufold.reduce_by_key_into(to_device(keys), cufold.counting(n, dtype=np.float64),
+                                  (cuda.to_device(np.zeros(m)), cuda.to_device(np.zeros(m, np.int64))),
+                                  cufold.argmax)

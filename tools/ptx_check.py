@@ -302,9 +302,9 @@ before = len(compiled)
 nr, mr = 1 << 20, 200_000
 
 
-def rows_into(op, keys, vals, out, det=False, check=True):
+def rows_into(op, keys, vals, out, det=False, check=True, transform=None):
     sig = P.signature
-    ROWS._plan_into(("rows", op, None, det, check, sig(keys), sig(vals), sig(out), 0), keys, vals, out)
+    ROWS._plan_into(("rows", op, None, det, check, sig(keys), sig(vals), sig(out), 0, transform), keys, vals, out)
     print("  ok   rows into %-8s %s keys, values %s %s -> %s det=%s" % (op.name, keys.dtype, vals.shape, vals.dtype,
                                                                      out.dtype, det))
 
@@ -321,9 +321,9 @@ offsets = arr(np.int64, mr + 1)
 for vals in (view(np.float32, (nr, 64), (64, 1)), view(np.float32, (nr, 1), (1, 1)),
              view(np.int32, (nr, 7), (1, nr))):
     for op in (cufold.plus, cufold.maximum):
-        ROWS._plan_segments((P.signature(vals), P.signature(offsets), 0, op, None, None, False), vals, offsets)
+        ROWS._plan_segments((P.signature(vals), P.signature(offsets), 0, op, None, None, False, None), vals, offsets)
         print("  ok   rows segments %-8s %s %s" % (op.name, vals.shape, vals.dtype))
-ROWS._plan_segments((P.signature(f32), P.signature(arr(np.int32, 11)), 0, cufold.plus, 1.5, np.float64, False),
+ROWS._plan_segments((P.signature(f32), P.signature(arr(np.int32, 11)), 0, cufold.plus, 1.5, np.float64, False, None),
                     view(np.float16, (nr, 16), (16, 1)), arr(np.int32, 11))
 SEG._plan_runs((i32,), (view(np.float32, (n, 16), (16, 1)),), cufold.plus, None, 5000, 0, None)
 print("%d feature-row kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
@@ -358,10 +358,10 @@ for dt in (np.float32, np.int32):
     mean_r._plan(((P.signature(x),), 0, None, None, None, False, None, "gpu_to_gpu", False, (), False, None, None, None), x)
 for dt in (np.float32, np.float64):
     x = arr(dt, n)
-    RP._state_plan((P.signature(x), 0, False, None, None, True), x)     # 8-byte loads (float32)
+    RP._state_plan(((P.signature(x),), 0, False, None, None, True, None), x)     # 8-byte loads (float32)
     SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, "gpu_to_gpu"), x, offsets)
 unaligned = _arrays.Arr(0x10004, (n,), (1,), np.dtype(np.float32), n, "numba", None, 0)   # 4-byte loads
-RP._state_plan((P.signature(unaligned), 0, False, None, None, True), unaligned)
+RP._state_plan(((P.signature(unaligned),), 0, False, None, None, True, None), unaligned)
 states = _arrays.Arr(0x10000, (4, RP.STATE_WORDS), (RP.STATE_WORDS, 1), np.dtype(np.int64), 4 * RP.STATE_WORDS,
                      "numba", None, 0)
 RP._combine_kernel_plan((P.signature(states), 0, False, "state", None, None), states)
@@ -432,10 +432,11 @@ as_transform_ = cufold.ops.as_transform
 before = len(compiled)
 
 
-def fused(reduction, xs, dtype=None, axis=None, transform=None, post=None, algorithm=None, keepdims=False):
+def fused(reduction, xs, dtype=None, axis=None, transform=None, post=None, algorithm=None, keepdims=False,
+          deterministic=True):
     xs = xs if isinstance(xs, tuple) else (xs,)
-    key = (tuple(P.signature(a) for a in xs), 0, None, dtype, axis, keepdims, algorithm, True, len(xs) > 1, (),
-           False, None, transform, post)
+    key = (tuple(P.signature(a) for a in xs), 0, None, dtype, axis, keepdims, algorithm, deterministic,
+           len(xs) > 1, (), False, None, transform, post)
     reduction._plan(key, *xs)
 
 
@@ -552,3 +553,70 @@ for key in sorted({_scan_key(k[0]) for k in list(compiled)[before:]}):
     print("  ok   %s" % key[:150])
 print("%d transformed axis-scan / reversed generated kernels compiled; all in %.1f s" % (len(compiled) - before,
                                                                                        time.time() - t0))
+
+# Issue 20 part C: deterministic="gpu_to_gpu" of fused items (sum/mean/reduce of a transform,
+# zipped and generated inputs, post=; dot, vdot, norm; sum_state of zipped pieces; segmented
+# sums with a transform), transform= on feature rows (atomic, ordered and CSR rows, F = 1's
+# 1-D paths, reduce_by_key's totals) and on tuple values by key (every path but packed), and
+# generated value fields by key.
+before = len(compiled)
+G = "gpu_to_gpu"
+fused(D._SUM, f32n, transform=square, deterministic=G)
+fused(D._SUM, f64n, transform=square, post=lambda s: s ** 0.5, deterministic=G)
+fused(D._SUM, (f32n, count), transform=lambda t: t[0] * t[1], deterministic=G)
+fused(D._SUM, _arrays.Generated("counting", n, 0, np.float64), transform=square, deterministic=G)
+fused(mean_r, f32n, transform=abs, deterministic=G)
+for dt in (np.float32, np.float64, np.float16):
+    acc = np.dtype(np.float32 if dt == np.float16 else dt)
+    fused(F._dot_reduction(), (arr(dt, n), arr(dt, n)), np.dtype(dt), transform=F._product(acc), deterministic=G)
+    for ord_ in (2.0, 1.0):
+        op, tf, post = F._norm_functions(ord_, acc, np.dtype(dt))
+        fused(F._norm_reduction(op, "norm"), arr(dt, n), acc, transform=tf, post=post, deterministic=G)
+fused(F._dot_reduction(), (view(np.float32, (512, 2048), (2048, 1)),) * 2, np.dtype(np.float32),
+      transform=F._product(np.dtype(np.float32)), deterministic=G)                 # vdot of matrices
+RP._state_plan(((P.signature(f32n), P.signature(f32n)), 0, False, None, None, None, as_transform_(F._product(
+    np.dtype(np.float32)))), f32n, f32n)
+SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, G, as_transform_(lambda t: t[0] * t[1])),
+                        f32n, f32n, offsets)
+SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, G, sq),
+                        _arrays.Generated("counting", n, 0, np.float64), offsets)
+SEG._plan_segmented_key((None, None, 0, cufold.plus, None, None, False, G, as_transform_(abs)), f64n, offsets)
+half = as_transform_(lambda v: v * 0.5)
+rows_into(cufold.plus, i32, view(np.int32, (nr, 64), (64, 1)), view(np.float64, (mr, 64), (64, 1)),
+          transform=half)
+rows_into(cufold.maximum, i32, view(np.float32, (nr, 5), (1, nr)), view(np.float32, (mr, 5), (5, 1)),
+          transform=as_transform_(abs), check=False)
+rows_into(cufold.plus, i32, view(np.float32, (nr, 40), (40, 1)), view(np.float32, (mr, 40), (40, 1)), det=True,
+          transform=sq)
+rows_into(cufold.plus, i32, view(np.float32, (nr, 1), (1, 1)), view(np.float64, (mr, 1), (1, 1)), transform=sq)
+for vals in (view(np.float32, (nr, 64), (64, 1)), view(np.float32, (nr, 1), (1, 1)), view(np.int32, (nr, 7), (1, nr))):
+    ROWS._plan_segments((P.signature(vals), P.signature(offsets), 0, cufold.plus, None, None, False, sq), vals,
+                        offsets)
+SEG._plan_runs((i32,), (view(np.float32, (n, 16), (16, 1)),), cufold.maximum, None, 5000, 0, None,
+               as_transform_(abs))
+
+
+def tuple_fused(op, vals, outs, alg, transform=None, det=False, check=True, keys=i32):
+    if transform is None:
+        lift = BT._lift_of(op, len(vals), len(outs))
+        in_vt, out_vt = BT._check_fields(op, lift, vals, outs, keys.size)
+    else:
+        lift = "none"
+        in_vt, out_vt = BT._check_transformed(op, transform, vals, outs)
+    BT._plan_program(op, lift, in_vt, out_vt, keys, vals, outs, alg, det, check, 0, transform)
+    print("  ok   tuple %-8s %-9s %s -> %s (%s)" % (alg, op.name, in_vt, out_vt, getattr(transform, "name", None)))
+
+
+pair = as_transform_(lambda t: (t[0] * t[1], t[0]))
+for alg in ("adaptive", "warp", "atomic", "sorted", "grouped", None):
+    tuple_fused(cufold.plus, (f64, f32), (o64, o64), alg, pair, check=alg != "atomic")
+tuple_fused(cufold.argmax, (f32, count32), (o32, oi32), "cas", as_transform_(lambda t: (abs(t[0]), t[1])))
+tuple_fused(cufold.argmax, (f64, count), (o64, oi64), None, as_transform_(lambda t: (abs(t[0]), t[1])))
+tuple_fused(cufold.plus, (f64,), (o64, o64), "sorted", as_transform_(lambda v: (v, v * v)), det=True)
+tuple_fused(cufold.plus, (f64, _arrays.Generated("constant", n, 1, np.int64)), (o64, oi64), None)
+tuple_fused(cufold.minimum, (count,), (oi64,), "grouped")
+for k in list(compiled)[before:]:
+    if isinstance(k[0], tuple) and str(k[0][0]).startswith("binned"):
+        print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
+print("%d gpu_to_gpu-fused / rows / tuple-transform kernels compiled; all in %.1f s" % (len(compiled) - before,
+                                                                                      time.time() - t0))

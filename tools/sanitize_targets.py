@@ -151,6 +151,39 @@ for det in (False, True):
 foff = np.array([0, 5, 5, 9000, 20000], np.int64)
 check("feature rows segmented", cufold.segmented_reduce(cuda.to_device(fv), cuda.to_device(foff)).copy_to_host(),
       np.stack([fv[a:b].astype(np.float64).sum(axis=0) for a, b in zip(foff[:-1], foff[1:])]), exact=False)
+# issue 20 part C: gpu_to_gpu of fused items (dot, norm, a transformed segmented sum), transforms on
+# feature rows (atomic rows, ordered rows, CSR rows) and on tuple values by key (warp, cas, grouped)
+yf = rng.normal(size=n).astype(np.float32)
+dyf = cuda.to_device(yf)
+check("dot gpu_to_gpu", cufold.dot(df, dyf, deterministic="gpu_to_gpu").copy_to_host(),
+      np.dot(xf.astype(np.float64), yf), exact=False)
+check("norm gpu_to_gpu", cufold.norm(df, deterministic="gpu_to_gpu").copy_to_host(),
+      np.linalg.norm(xf.astype(np.float64)), exact=False)
+check("segmented x*y gpu_to_gpu",
+      cufold.segmented_reduce((df, dyf), cuda.to_device(offs), transform=lambda v: v[0] * v[1],
+                              deterministic="gpu_to_gpu").copy_to_host(),
+      np.add.reduceat(xf.astype(np.float64) * yf, offs[:-1]), exact=False)
+for det in (False, True):
+    fo = cuda.to_device(np.zeros((500, 33), np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(fk), cuda.to_device(fv), fo, deterministic=det, transform=abs)
+    want_rows = np.zeros((500, 33))
+    np.add.at(want_rows, fk, np.abs(fv))
+    check("feature rows |v| by key deterministic=%s" % det, fo.copy_to_host(), want_rows, exact=False)
+check("feature rows segmented v*v",
+      cufold.segmented_reduce(cuda.to_device(fv), cuda.to_device(foff), transform=lambda v: v * v).copy_to_host(),
+      np.stack([(fv[a:b].astype(np.float64) ** 2).sum(axis=0) for a, b in zip(foff[:-1], foff[1:])]), exact=False)
+for alg in ("warp", "grouped"):
+    outs = (cuda.to_device(np.zeros(3000)), cuda.to_device(np.zeros(3000)))
+    cufold.reduce_by_key_into(cuda.to_device(tk), (cuda.to_device(xd), cufold.counting(n, dtype=np.float64)), outs,
+                              algorithm=alg, transform=lambda v: (v[0] * v[0], v[1]))
+    check("tuple by key %s transform (sum x^2)" % alg, outs[0].copy_to_host(), np.bincount(tk, xd * xd, 3000),
+          exact=False)
+best = cuda.to_device(np.full(3000, -np.inf, np.float32)), cuda.to_device(np.full(3000, -1, np.int32))
+cufold.reduce_by_key_into(cuda.to_device(tk), (df, cufold.counting(n, dtype=np.int32)), best, cufold.argmax,
+                          algorithm="cas", transform=lambda v: (abs(v[0]), v[1]))
+want_abs = np.full(3000, -np.inf, np.float32)
+np.maximum.at(want_abs, tk, np.abs(xf))
+check("tuple by key cas argmax |x| (transform)", best[0].copy_to_host(), want_abs)
 cuda.synchronize()
 print("FAILURES: %d" % failures)
 sys.exit(1 if failures else 0)

@@ -136,10 +136,30 @@ _DOT_HOST = {}      # n -> host y0 of the current size (the check sees only x's 
 # --- candidates ---------------------------------------------------------------------------------
 
 def _cf_dot(ctx):
-    dot = S._cufold_attr(ctx.env, "dot")
-    pairs = _pairs(ctx, "cufold")
-    _DOT_HOST[ctx.n] = _second(ctx)[1]
-    return S.Prepared(lambda p: dot(p[0], p[1]), pairs)
+    return cf_dot()(ctx)
+
+
+def cf_dot(**kw):
+    """``cufold.dot(x, y, **kw)`` (``deterministic="gpu_to_gpu"``: the reproducible suite)."""
+    def make(ctx):
+        dot = S._cufold_attr(ctx.env, "dot")
+        pairs = _pairs(ctx, "cufold")
+        _DOT_HOST[ctx.n] = _second(ctx)[1]
+        if kw:
+            return S.Prepared(lambda p: dot(p[0], p[1], **kw), pairs)
+        return S.Prepared(lambda p: dot(p[0], p[1]), pairs)
+    return make
+
+
+def dot_case(cands):
+    """The dot float32 case (x, y: 8 bytes an item) with candidates ``cands``."""
+    return S.Case("dot/float32", "dot", "dot float32 (x, y: 8 bytes an item)", "float32", "uniform", 8, "sum",
+                  _check("dot"), cands)
+
+
+def norm_case(cands):
+    return S.Case("norm/float32", "norm", "norm(ord=2) float32", "float32", "uniform", 4, "sum", _check("norm"),
+                  cands)
 
 
 def _torch_dot(ctx):
@@ -225,11 +245,10 @@ def fused_cases(env, dtypes):
             check=_check("sum")),
           C("torch (x*x).sum()", "torch", "peer", _torch_square_sum)]
     return [
-        Case("dot/float32", "dot", "dot float32 (x, y: 8 bytes an item)", "float32", "uniform", 8, "sum",
-             _check("dot"), dot),
+        dot_case(dot),
         Case("logsumexp/float32", "logsumexp", "logsumexp float32", "float32", "uniform", 4, "sum",
              _check("logsumexp"), lse),
-        Case("norm/float32", "norm", "norm(ord=2) float32", "float32", "uniform", 4, "sum", _check("norm"), norm),
+        norm_case(norm),
         Case("transform/float32", "transform", "sum of v*v float32 (transform=) vs plain sum", "float32",
              "uniform", 4, "sum", _check("squares"), tf),
     ]

@@ -524,6 +524,18 @@ def reproducible_cases(env, dtypes):
                                     "cufold", cf_repro_state(w)) for w in (True, False)]
         cases.append(Case("sum/%s" % dt, "sum", "sum %s, plain and reproducible (gpu_to_gpu)" % dt, dt, "grid",
                           np.dtype(dt).itemsize, "sum", check_sum, cands))
+    if "float32" in dtypes:
+        # fused items binned (issue 20): the dot product and the 2-norm, each against its plain self
+        g2g = {"deterministic": "gpu_to_gpu"}
+        cases.append(_fused.dot_case([
+            Candidate("cufold.dot", "cufold", "cufold", _fused.cf_dot(), requires="dot"),
+            Candidate("cufold.dot[gpu_to_gpu]", "cufold", "cufold", _fused.cf_dot(**g2g), requires="dot"),
+            Candidate("torch.dot", "torch", "peer", _fused._torch_dot)]))
+        cases.append(_fused.norm_case([
+            Candidate("cufold.norm", "cufold", "cufold", _fused._cf_call("norm"), requires="norm"),
+            Candidate("cufold.norm[gpu_to_gpu]", "cufold", "cufold", _fused._cf_call("norm", **g2g),
+                      requires="norm"),
+            Candidate("torch.linalg.vector_norm", "torch", "peer", _fused._torch_norm)]))
     return cases
 
 
@@ -580,6 +592,11 @@ REPRODUCIBLE_TARGETS = [
      "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
     {"name": "gpu_to_gpu sum f64 @2^28 vs plain cufold.sum", "kind": "speedup_vs", "case": "sum/float64",
      "label": "cufold.sum[gpu_to_gpu]", "peer": "cufold.sum", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+    # read-outs (the issue's target is the sum's; the same bar for the fused items)
+    {"name": "gpu_to_gpu dot f32 @2^28 vs plain cufold.dot", "kind": "speedup_vs", "case": "dot/float32",
+     "label": "cufold.dot[gpu_to_gpu]", "peer": "cufold.dot", "log2n": 28, "cmp": ">=", "threshold": 0.8},
+    {"name": "gpu_to_gpu norm f32 @2^28 vs plain cufold.norm", "kind": "speedup_vs", "case": "norm/float32",
+     "label": "cufold.norm[gpu_to_gpu]", "peer": "cufold.norm", "log2n": 28, "cmp": ">=", "threshold": 0.8},
 ]
 
 SCAN_TARGETS = [
@@ -623,7 +640,7 @@ SUITES = {
     "reduce": Suite("reduce", ("float32", "float64", "int32"), reduce_cases, REDUCE_TARGETS,
                     "sum (f32/f64/i32), argmax f32, mean+var f32 (--full: every cufold reduce algorithm)"),
     "reproducible": Suite("reproducible", ("float32", "float64"), reproducible_cases, REPRODUCIBLE_TARGETS,
-                          "sum f32/f64: cufold.sum vs deterministic='gpu_to_gpu' (binned) vs torch.sum",
+                          "sum f32/f64, dot f32, norm f32: plain vs deterministic='gpu_to_gpu' (binned) vs torch",
                           default_sizes="20,24,28", full_sizes="10:28"),
     "scan": Suite("scan", ("int32", "float32"), scan_cases, SCAN_TARGETS,
                   "inclusive scan / cumsum (i32/f32), device copy as ceiling (--full: every scan algorithm)"),

@@ -141,13 +141,9 @@ class _Reduction:
         ys = tuple(b.input(a) for a in given)
         out_vt = prep.out_vt
         if deterministic.__class__ is str:
-            if prep.transform is not None or prep.post is not None or like.library == "generated" or \
-                    _any(a.library == "generated" for a in arrs):
-                raise ValueError("cufold: deterministic='gpu_to_gpu' takes stored items, without transform= "
-                                 "or post= (yet)")
-            route = _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project)
+            route = _gpu_to_gpu(deterministic, prep, project)
             if route is not None:
-                return reproducible.plan_reduction(b, arrs, xs, ys, route, out_vt, init, axis, keepdims)
+                return reproducible.plan_reduction(b, arrs, xs, ys, route, prep, init, axis, keepdims)
         if given and stored:
             _arrays.same_device(stored, "x and out")
         if like.ndim != 1 or axis is not None or keepdims or not _all(a.c_contiguous for a in arrs):
@@ -187,19 +183,22 @@ class _Reduction:
         return b.build(_results(out_vt, given))
 
 
-def _gpu_to_gpu(deterministic, prep, arrs, is_tuple, project):
+def _gpu_to_gpu(deterministic, prep, project):
     """Which reproducible reduction ``deterministic="gpu_to_gpu"`` runs ("sum", "mean"), or
-    None where the ordinary one is already the same on any GPU (integer sums, min, max)."""
+    None where the ordinary one is already the same on any GPU (integer sums, min, max).
+    The items are what the operator sees: a transform's results (of zipped or generated
+    inputs too)."""
     if deterministic != "gpu_to_gpu":
         raise ValueError("cufold: deterministic must be True, False or 'gpu_to_gpu'; got %r" % (deterministic,))
-    floats = _any(a.dtype.kind in "fc" for a in arrs)
+    item = prep.item_vt
+    floats = _any(f.kind in "fc" for f in item.fields)
     if project == "count_mean":                 # cufold.mean (before plus: it reduces with plus)
         return "mean"
-    if prep.op is plus and not is_tuple and arrs[0].dtype.kind == "f":
+    if prep.op is plus and not item.is_tuple and item.dtype.kind == "f":
         return "sum"
     if floats and prep.op not in (minimum, maximum):
         raise ValueError("cufold: deterministic='gpu_to_gpu' applies to float sums and means (and exact "
-                         "operators: min, max, integer ops), not %s on %s" % (prep.op.name, prep.in_vt))
+                         "operators: min, max, integer ops), not %s on %s" % (prep.op.name, item))
     return None
 
 

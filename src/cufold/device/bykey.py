@@ -1448,9 +1448,16 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         ``[0, len(out))`` (and ``ValueError`` for keys not grouped under
         ``algorithm='sorted', deterministic=True``).
         False: no synchronisation; bad keys are skipped. Never a write out of bounds.
-    transform : a function of one value applied to each as it is loaded, in the same
-        kernel (``out`` accumulates what it returns; single values and out only).
-        ``values`` may be a generated input: ``reduce_by_key_into(keys,
+    transform : a function applied to each value as it is loaded, in the same kernel
+        (``out`` accumulates what it returns, cast to ``out``'s dtype under NumPy's
+        ``same_kind`` rule). Single values: a function of one value. Feature rows:
+        a function of one item, applied to every feature of a row on its own. Tuple
+        values: a function of the tuple of items (the ``values`` arrays zipped; one
+        item for one array) returning the operator's value, one field per ``out``
+        array (a wrong arity raises a TypeError naming the function); no lift then,
+        e.g. ``reduce_by_key_into(keys, (x, cufold.counting(n)), (best, at),
+        cufold.argmax, transform=lambda v: (abs(v[0]), v[1]))``. ``values`` (or a
+        field of tuple values) may be a generated input: ``reduce_by_key_into(keys,
         cufold.counting(len(keys)), first, cufold.minimum)`` finds each key's first
         position.
 
@@ -1477,17 +1484,14 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         (array([2., 4., 3.]), array([0., 0., 2.66666667]))
     """
     if out.__class__ in _SEQUENCES or values.__class__ in _SEQUENCES:
-        if transform is not None:
-            raise TypeError("cufold: reduce_by_key_into takes transform= with single values and out (not "
-                            "tuples) for now")
-        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream)
+        return _tuple().reduce_into(keys, values, out, op, algorithm, deterministic, check, stream, transform)
     o = _arrays.describe(out, "out")
     k = _arrays.describe(keys, "keys")
     v = _arrays.describe(values, "values")
     handle = _arrays.stream_handle((o, k, v), stream)
     if v.ndim != 1 or o.ndim != 1:       # feature rows: values (n, F), out (m, F)
         from . import rows
-        rows.reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle)
+        rows.reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle, transform)
         return out
     sig = _programs.signature
     # no stream-ordered allocation (the Program allocates nothing): the handle is enough

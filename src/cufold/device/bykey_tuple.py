@@ -85,6 +85,14 @@ forced with ``algorithm=`` to time it):
                 nothing is lost and nothing serialises on a hot key.
 ==============  ==========================================================================
 
+``transform=fn``: ``fn`` takes the tuple of items (the ``values`` arrays zipped, generated
+fields computed from the index; the item itself for one array) and returns the operator's
+value, one field per ``out`` array (cast under NumPy's ``same_kind`` rule); it is fused into
+the scatter kernels' loads (``adaptive``, ``warp``, ``atomic``, ``cas``), into the segments
+kernel (``sorted``) or into the gather (``grouped``), and nothing is lifted. ``packed``
+reads its words from stored fields: a transformed argmin/argmax takes ``cas`` (64-bit
+values) or ``grouped``. Generated value fields without a transform load the same way.
+
 Lifts (one ``values`` array, an ``out`` of more fields): ``argmin``/``argmax`` with an
 ``out`` pair take ``(values[i], i)`` (the position in ``values``, as ``cufold.argmax(x)``);
 ``welford`` with an ``out`` triple takes ``(1, values[i], 0)``.
@@ -103,8 +111,8 @@ import numpy as np
 from numba import cuda
 
 from .. import _codegen, warp
-from ..ops import argmax, argmin, as_op, maximum, minimum, minmax, plus, welford
-from ..values import ValueType
+from ..ops import argmax, argmin, as_op, as_transform, maximum, minimum, minmax, plus, welford
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from . import bykey as _bk, radix, segmented as _seg
 
@@ -123,13 +131,16 @@ U32_MAX = (1 << 32) - 1
 #: The epoch of an unchecked call (0: kernels record nothing).
 _UNCHECKED = np.int64(0)
 
-Spec = collections.namedtuple("Spec", "algorithm lift key_dt val_dts in_vt out_vt ops reduce_op wide tile")
+Spec = collections.namedtuple("Spec", "algorithm lift key_dt val_dts in_vt out_vt ops reduce_op wide tile transform",
+                              defaults=(None,))
 Spec.__doc__ = """A tuple scatter kernel (``algorithm``: adaptive, warp or atomic rows).
 ``lift``: how an element becomes a value of ``out_vt`` (``none``, ``index``, ``count``,
 ``sqdev``, or ``("pack", largest, pos_kind, lifted)``: the packed word of ``in_vt = (value
 dtype of out, position dtype)``); ``val_dts``: the dtypes of the ``values`` arrays; ``ops``:
 the per-field atomic operators (None: a compare-and-swap loop on one packed word per key);
-``reduce_op``: what the rows combine with."""
+``reduce_op``: what the rows combine with; ``transform``: None or an ops.Transform of
+``in_vt``'s items (lift ``none``: its result is the operator's value). Where ``in_vt`` is an
+``InputType`` (generated fields) or there is a transform, items load through ``in_vt.load``."""
 
 
 # --- loads ------------------------------------------------------------------------------------
@@ -196,7 +207,18 @@ def _loader(spec):
         # ldcs on 32/64-bit words only (bool and narrow fields: plain loads)
         return "cuda.ldcs(%s, u)" % array if stream and dt.kind in "iuf" and dt.itemsize >= 4 else "%s[u]" % array
     body = []
-    if lift == "none":
+    if lift == "none" and (spec.transform is not None or isinstance(in_vt, InputType)):
+        # zipped (and generated) items, through the transform: the operator's value
+        env["load_in"] = in_vt.load
+        item = "load_in(values, u)"
+        result_tuple = in_vt.is_tuple
+        if spec.transform is not None:
+            env["tf"] = spec.transform.device(in_vt)
+            item = "tf(%s)" % item
+            result_tuple = spec.transform.result_type(in_vt).is_tuple
+        body = ["        t = %s" % item]
+        value = out_vt._pack(["T%d(t[%d])" % (f, f) if result_tuple else "T%d(t)" % f for f in range(k)])
+    elif lift == "none":
         value = out_vt._pack(["T%d(%s)" % (f, get("values[%d]" % f, spec.val_dts[f])) for f in range(k)])
     elif lift == "index":
         value = "(T0(%s), T1(i))" % get("values", spec.val_dts[0])
@@ -531,12 +553,23 @@ def order_kernel(key_dt):
 
 
 @functools.lru_cache(maxsize=None)
-def gather_kernel(lift, in_vt, acc_vt, by_position):
+def gather_kernel(lift, in_vt, acc_vt, by_position, transform=None):
     """Kernel ``(values, positions, n, gathered)``: ``gathered[j]`` = element ``p`` lifted
-    to ``acc_vt`` (``p = positions[j]`` when ``by_position``, else ``j``)."""
+    to ``acc_vt`` (``p = positions[j]`` when ``by_position``, else ``j``); with a
+    ``transform`` (lift ``none``), its result for the (zipped, generated) items."""
     env = acc_vt._env()
     k = acc_vt.arity
-    if lift == "index":
+    item = "values"
+    if transform is not None or (lift == "none" and isinstance(in_vt, InputType)):
+        env["load_in"] = in_vt.load
+        item = "load_in(values, p)"
+        result_tuple = in_vt.is_tuple
+        if transform is not None:
+            env["tf"] = transform.device(in_vt)
+            item = "tf(%s)" % item
+            result_tuple = transform.result_type(in_vt).is_tuple
+        value = acc_vt._pack(["T%d(t[%d])" % (f, f) if result_tuple else "T%d(t)" % f for f in range(k)])
+    elif lift == "index":
         value = "(T0(values[p]), T1(p))"
     elif lift == "welford":
         value = "(T0(1), T1(values[p]), T2(0))"
@@ -544,7 +577,8 @@ def gather_kernel(lift, in_vt, acc_vt, by_position):
         value = acc_vt._pack(["T%d(values[%d][p])" % (f, f) for f in range(k)])
     src = ("def get(values, positions, j):\n"
            "    p = np.uint64(positions[j]) if BY else np.uint64(j)\n"
-           "    return %s\n" % value)
+           "    t = %s\n"
+           "    return %s\n" % (item, value))
     env["BY"] = by_position
     get = _codegen.build(src, "get", env)
     store = acc_vt.store
@@ -590,9 +624,9 @@ def _field_ops(op, out_vt):
     return None
 
 
-def _packable(op, in_vt, out_vt, lift, n):
+def _packable(op, in_vt, out_vt, lift, n, fused=False):
     """The position kind ('i', 'u') of a packed argmin/argmax, or None."""
-    if op not in (argmin, argmax) or out_vt.arity != 2:
+    if op not in (argmin, argmax) or out_vt.arity != 2 or fused:
         return None
     if out_vt.fields[0] not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)):
         return None
@@ -606,8 +640,10 @@ def _packable(op, in_vt, out_vt, lift, n):
     return None
 
 
-def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
-    """The path (one of ``ALGORITHMS``) of a call, after checking ``algorithm``."""
+def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic, fused=False):
+    """The path (one of ``ALGORITHMS``) of a call, after checking ``algorithm``; ``fused``:
+    items come through a transform or from generated inputs (not ``packed``, whose words
+    are read from the stored fields)."""
     field_ops = _field_ops(op, out_vt)
     atomic_fields = all(f in _bk.OUT_DTYPES for f in out_vt.fields)
     floats = any(f.kind == "f" for f in out_vt.fields)
@@ -619,7 +655,7 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
             return "grouped"
         if field_ops is not None and atomic_fields:
             return "adaptive"
-        if _packable(op, in_vt, out_vt, lift, n):
+        if _packable(op, in_vt, out_vt, lift, n, fused):
             return "packed"
         if op is welford and lift == "welford":
             return "two_pass"
@@ -640,7 +676,7 @@ def path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic):
                          "operator; %s is not declared commutative" % (algorithm, op.name))
     fieldwise = field_ops is not None and atomic_fields
     ok = {"adaptive": fieldwise, "warp": fieldwise, "atomic": fieldwise,
-          "packed": _packable(op, in_vt, out_vt, lift, n) is not None,
+          "packed": _packable(op, in_vt, out_vt, lift, n, fused) is not None,
           "two_pass": op is welford and lift == "welford", "cas": cas_fits(out_vt) and lift == "none"}[algorithm]
     if not ok:
         raise ValueError(
@@ -664,9 +700,45 @@ def _lift_of(op, n_values, out_arity):
     return None
 
 
+def _sources(vals):
+    return tuple(getattr(v, "source", "array") for v in vals)
+
+
+def _check_transformed(op, transform, vals, outs):
+    """The value types (given, out) of a call with ``transform``: it takes the tuple of
+    items (zipped ``values``; one item for one array) and returns the operator's value, of
+    ``out``'s arity; each result field is cast to its ``out`` field (NumPy's
+    ``same_kind``, as single values' are)."""
+    out_vt = ValueType.of(tuple(o.dtype for o in outs))
+    in_vt = InputType.of(tuple(v.dtype for v in vals) if len(vals) > 1 else vals[0].dtype, _sources(vals))
+    item = transform.result_type(in_vt)
+    if item.arity != out_vt.arity:
+        raise TypeError("cufold: transform %s returns %s (%d field(s)) but out has %d field(s): with transform=, "
+                        "%s reduces what it returns, one field per out array"
+                        % (transform.name, item, item.arity, out_vt.arity, op.name))
+    for f, (src, dst) in enumerate(zip(item.fields, out_vt.fields)):
+        if src.kind not in "biuf" or not np.can_cast(src, dst, casting="same_kind"):
+            raise TypeError("cufold: out[%d] of dtype %s cannot take field %d of what transform %s returns (%s; "
+                            "NumPy's same_kind casting)" % (f, dst, f, transform.name, src))
+    op.check(out_vt)
+    return in_vt, out_vt
+
+
 def _check_fields(op, lift, vals, outs, n):
     """The value types (given, out) after the arity and dtype checks."""
     out_vt = ValueType.of(tuple(o.dtype for o in outs))
+    if lift == "none" and len(vals) == len(outs) and any(s != "array" for s in _sources(vals)):
+        in_vt = InputType.of(tuple(v.dtype for v in vals) if len(vals) > 1 else vals[0].dtype, _sources(vals))
+        for f, (src, dst) in enumerate(zip(in_vt.fields, out_vt.fields)):
+            if src.kind not in "biuf" or not np.can_cast(src, dst, casting="safe"):
+                raise TypeError("cufold: out[%d] of dtype %s cannot hold values of dtype %s (NumPy's safe "
+                                "casting); give out[%d] a wider dtype" % (f, dst, src, f))
+        op.check(out_vt)
+        return in_vt, out_vt
+    if any(s != "array" for s in _sources(vals)):
+        raise ValueError("cufold: generated values (counting, constant) reduce by key as fields of the "
+                         "operator's value (one values array per out field) or through transform=, not "
+                         "lifted by %s" % op.name)
     if lift is None or (lift == "none" and len(vals) != len(outs)):
         raise ValueError(
             "cufold: out has %d field(s) but values has %d: %s reduces values of the arity of out (one array "
@@ -699,7 +771,8 @@ def _check_fields(op, lift, vals, outs, n):
 def _plan_key(key, *arrays):
     """The Program of a tuple ``reduce_by_key_into`` signature ``key`` for ``arrays``: keys,
     the value fields, the out fields (then the call's epoch where checked)."""
-    op, algorithm, deterministic, check, _, vsigs, osigs, handle = key
+    op, algorithm, deterministic, check, _, vsigs, osigs, handle, transform = key
+    transform = as_transform(transform)
     k, vals, outs = arrays[0], arrays[1:1 + len(vsigs)], arrays[1 + len(vsigs):1 + len(vsigs) + len(osigs)]
     for a, name in [(k, "keys")] + [(v, "values") for v in vals] + [(o, "out") for o in outs]:
         _bk._check_1d(a, name)
@@ -707,12 +780,17 @@ def _plan_key(key, *arrays):
         raise ValueError("cufold: keys and values must be equally long; got %d and %d" % (k.size, vals[0].size))
     if k.dtype.kind not in "iu":
         raise TypeError("cufold: keys must have an integer dtype (signed or unsigned, any width); got %s" % k.dtype)
-    _arrays.same_device((k,) + vals + outs, "reduce_by_key_into's arrays")
+    _arrays.same_device((k,) + tuple(v for v in vals if v.library != "generated") + outs,
+                        "reduce_by_key_into's arrays")
     op = as_op(op)
-    lift = _lift_of(op, len(vals), len(outs))
-    in_vt, out_vt = _check_fields(op, lift, vals, outs, k.size)
+    if transform is not None:       # the transform's result is the operator's value: no lift
+        lift = "none"
+        in_vt, out_vt = _check_transformed(op, transform, vals, outs)
+    else:
+        lift = _lift_of(op, len(vals), len(outs))
+        in_vt, out_vt = _check_fields(op, lift, vals, outs, k.size)
     return _plan_program(op, lift, in_vt, out_vt, k, vals, outs, algorithm, bool(deterministic), bool(check),
-                         handle)
+                         handle, transform)
 
 
 _programs_by_key = _programs.Programs(_plan_key, "cufold.reduce_by_key_into (tuple)", 4096)
@@ -729,14 +807,17 @@ def _forget_plans():
 _bk.plan.cache_clear = _forget_plans
 
 
-def reduce_into(keys, values, out, op, algorithm, deterministic, check, stream):
-    """``reduce_by_key_into`` of tuple values or a tuple ``out`` (see the module doc)."""
+def reduce_into(keys, values, out, op, algorithm, deterministic, check, stream, transform=None):
+    """``reduce_by_key_into`` of tuple values or a tuple ``out`` (see the module doc);
+    ``transform``: a function of the tuple of items (zipped ``values``) returning the
+    operator's value."""
     vals = _arrays.describe_many(values if values.__class__ in (tuple, list) else (values,), "values")
     outs = _arrays.describe_many(out if out.__class__ in (tuple, list) else (out,), "out")
     k = _arrays.describe(keys, "keys")
     handle = _arrays.stream_handle((k,) + vals + outs, stream)
     sig = _programs.signature
-    key = (op, algorithm, deterministic, check, sig(k), tuple(map(sig, vals)), tuple(map(sig, outs)), handle)
+    key = (op, algorithm, deterministic, check, sig(k), tuple(map(sig, vals)), tuple(map(sig, outs)), handle,
+           transform)
     if check:
         _programs_by_key.run(key, k, *vals, *outs, _bk._status(outs[0].device_id, handle, True)[1])
     else:
@@ -774,9 +855,11 @@ def _scatter(b, spec, keys, values, outs, bits, n, m, status, epoch):
              (keys, values, outs, bits, np.int64(n), np.int64(m), status, epoch))
 
 
-def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, deterministic, check, stream):
+def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, deterministic, check, stream,
+                  transform=None):
     n, m, device_id = keys.size, outs[0].size, keys.device_id
-    path = path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic)
+    fused = transform is not None or isinstance(in_vt, InputType)
+    path = path_for(op, in_vt, out_vt, lift, n, algorithm, deterministic, fused)
     st = _bk._status(device_id, stream, False)[0] if check else None
     b = _programs.Builder(device_id, stream)
     ks = b.input(keys)
@@ -785,7 +868,7 @@ def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, determin
     epoch = b.value(np.int64(0)) if check else _UNCHECKED
     status = st.kernel if check else _bk._quiet_status(device_id, stream)
     if n > 0:
-        _paths[path](b, op, lift, in_vt, out_vt, ks, vs, os_, n, m, status, epoch)
+        _paths[path](b, op, lift, in_vt, out_vt, ks, vs, os_, n, m, status, epoch, transform)
         if check:
             where = (device_id, stream)
             b.guard(lambda: _bk._statuses.get(where) is st)
@@ -796,12 +879,12 @@ def _plan_program(op, lift, in_vt, out_vt, keys, vals, outs, algorithm, determin
 
 
 def _warp_path(algorithm):
-    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch, transform=None):
         ops = _field_ops(op, out_vt)
         wide = m > np.iinfo(np.int32).max
         spec = Spec(algorithm, "index" if lift == "index" else "none", keys.dtype, tuple(v.dtype for v in vals),
-                    in_vt, out_vt, ops, op, wide, _tile())
-        values = vals[0] if lift == "index" else vals
+                    in_vt, out_vt, ops, op, wide, _tile(), transform)
+        values = vals[0] if lift == "index" or not in_vt.is_tuple else vals
         _scatter(b, spec, keys, values, outs, tuple(_bits_of(o, f) for o, f in zip(outs, ops)), n, m, status, epoch)
     return add
 
@@ -833,7 +916,7 @@ def _packed_mode():
     return mode
 
 
-def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch, transform=None):
     pos_kind = _packable(op, in_vt, out_vt, lift, n)
     words = _packed_words(b, keys, max(m, 1))
     src_vt = ValueType.of((out_vt.fields[0], np.dtype(np.uint32 if pos_kind == "u" else np.int32)))
@@ -855,18 +938,19 @@ def _packed_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epo
              EACH_NT, (words, outs, np.int64(m)))
 
 
-def _cas_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+def _cas_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch, transform=None):
     words = b.output(keys, (max(m, 1),), np.uint64)
     b.launch(cas_words_kernel(out_vt, True), ("bykey-pack", out_vt, True), _each_grid(m), EACH_NT,
              (outs, words, np.int64(m)))
     wide = m > np.iinfo(np.int32).max
-    spec = Spec(_rows(), "none", keys.dtype, tuple(v.dtype for v in vals), in_vt, out_vt, None, op, wide, _tile())
-    _scatter(b, spec, keys, vals, (words,), (words,), n, m, status, epoch)
+    spec = Spec(_rows(), "none", keys.dtype, tuple(v.dtype for v in vals), in_vt, out_vt, None, op, wide, _tile(),
+                transform)
+    _scatter(b, spec, keys, vals if in_vt.is_tuple else vals[0], (words,), (words,), n, m, status, epoch)
     b.launch(cas_words_kernel(out_vt, False), ("bykey-pack", out_vt, False), _each_grid(m), EACH_NT,
              (outs, words, np.int64(m)))
 
 
-def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch, transform=None):
     f64 = np.dtype(np.float64)
     cs_vt, sq_vt = ValueType.of((f64, f64)), ValueType.of((f64,))
     count_sum = (b.output(keys, (max(m, 1),), f64), b.output(keys, (max(m, 1),), f64))
@@ -886,9 +970,9 @@ def _two_pass_path(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, e
 
 
 def _sorted_path(grouped):
-    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch):
+    def add(b, op, lift, in_vt, out_vt, keys, vals, outs, n, m, status, epoch, transform=None):
         like = keys
-        values = vals[0] if lift in ("index", "welford") else vals
+        values = vals[0] if lift in ("index", "welford") or not in_vt.is_tuple else vals
         positions = None
         if grouped:
             pos_dt = np.dtype(np.uint32 if n < U32_MAX else np.uint64)
@@ -906,15 +990,17 @@ def _sorted_path(grouped):
         if m == 0:
             return
         seg_in = in_vt if lift == "none" else out_vt
+        seg_transform = transform       # sorted keys: the segments kernel fuses it into its loads
         if grouped or lift != "none":
             gathered = tuple(b.output(like, (n,), f) for f in out_vt.fields)
             src_vt = in_vt if lift == "none" else ValueType.of(vals[0].dtype)
-            b.launch(gather_kernel(lift, src_vt, out_vt, grouped), ("bykey-gather", lift, src_vt, out_vt, grouped),
+            b.launch(gather_kernel(lift, src_vt, out_vt, grouped, transform),
+                     ("bykey-gather", lift, src_vt, out_vt, grouped, transform),
                      _each_grid(n), EACH_NT, (values, positions if grouped else off, np.int64(n), gathered))
-            values, seg_in = gathered, out_vt
+            values, seg_in, seg_transform = gathered, out_vt, None
         totals = tuple(b.output(like, (m,), f) for f in out_vt.fields)
         init_value, has_init = _seg._start_value(op, out_vt, None, "reduce_by_key_into", never_empty=True)
-        spec = _seg.Spec(op, seg_in, out_vt, out_vt, _seg.tile_for(out_vt, n + m))
+        spec = _seg.Spec(op, seg_in, out_vt, out_vt, _seg.tile_for(out_vt, n + m), seg_transform)
         _seg._run_segments(b, spec, values, off, n, m, totals, init_value, has_init)
         b.launch(sorted_finish_kernel(op, out_vt), ("bykey-sorted-finish", op, out_vt), _each_grid(m), EACH_NT,
                  (off, totals, outs, np.int64(m)))

@@ -66,7 +66,7 @@ def _dot_reduction():
     return _reductions()(plus, name="dot")
 
 
-def dot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
+def dot(x, y, out=None, *, dtype=None, stream=None, algorithm=None, deterministic=True):
     """The dot product ``sum(x * y)`` of two 1-D arrays in one pass (``numpy.dot`` of 1-D
     arrays). The result has NumPy's dtype (``numpy.result_type(x, y)``; bool: int64);
     ``dtype=`` sets the accumulator and result, as for ``sum``. Float16 multiplies and
@@ -74,28 +74,35 @@ def dot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
     dimensions raise (NumPy's ``dot`` of matrices is a matrix product): :func:`vdot` takes
     them whole.
 
+    ``deterministic="gpu_to_gpu"`` (float results): the products are summed by the binned
+    reproducible sum (:mod:`cufold.device.reproducible`, its error bound with ``M`` the
+    largest ``|x * y|``), fused as the plain dot is: the same bits on any GPU, launch
+    shape, order or split of the items. Each product is rounded once to the
+    accumulator's dtype (float32 for float16/float32 items), as the plain dot's.
+
     Example::
 
         >>> cufold.dot(cupy.arange(3.), cupy.ones(3))
         array(3.)
+        >>> cufold.dot(x, y, deterministic="gpu_to_gpu")      # the same bits on any GPU
     """
-    return _whole_dot(x, y, out, dtype, stream, algorithm, "dot")
+    return _whole_dot(x, y, out, dtype, stream, algorithm, "dot", deterministic)
 
 
-def vdot(x, y, out=None, *, dtype=None, stream=None, algorithm=None):
+def vdot(x, y, out=None, *, dtype=None, stream=None, algorithm=None, deterministic=True):
     """``sum(x * y)`` over every item of two equally shaped real arrays of any dimensions
     (``numpy.vdot``, which flattens; views are read in place, not copied). Otherwise as
-    :func:`dot`.
+    :func:`dot` (``deterministic="gpu_to_gpu"`` takes C-contiguous arrays).
 
     Example::
 
         >>> cufold.vdot(cupy.ones((2, 3)), cupy.full((2, 3), 2.))
         array(12.)
     """
-    return _whole_dot(x, y, out, dtype, stream, algorithm, "vdot")
+    return _whole_dot(x, y, out, dtype, stream, algorithm, "vdot", deterministic)
 
 
-def _whole_dot(x, y, out, dtype, stream, algorithm, name):
+def _whole_dot(x, y, out, dtype, stream, algorithm, name, deterministic=True):
     ax, ay = _arrays.describe(x, "x"), _arrays.describe(y, "y")
     if name == "dot" and (ax.ndim != 1 or ay.ndim != 1):
         raise ValueError("cufold: dot takes 1-D arrays; got shapes %s and %s (numpy.dot of matrices is a "
@@ -107,7 +114,7 @@ def _whole_dot(x, y, out, dtype, stream, algorithm, name):
     res = np.dtype(dtype) if dtype is not None else np.result_type(ax.dtype, ay.dtype)
     if res.kind == "b":
         res = np.dtype(np.int64)
-    return _dot_reduction()((ax, ay), None, res, out, stream, algorithm, True, None, False,
+    return _dot_reduction()((ax, ay), None, res, out, stream, algorithm, deterministic, None, False,
                             _product(_types.accumulate(res)), None)
 
 
@@ -164,7 +171,8 @@ def _norm_reduction(op, name):
     return _reductions()(op, name=name, needs_items=op is not plus)
 
 
-def norm(x, ord=None, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None):  # noqa: A002
+def norm(x, ord=None, axis=None, keepdims=False, *, out=None, stream=None, algorithm=None,  # noqa: A002
+         deterministic=True):
     """The vector norm of ``x`` (over all items, or over ``axis``: an int or a tuple of
     ints), as ``torch.linalg.vector_norm`` and ``numpy.linalg.norm`` of a vector:
     ``ord`` 2 (``None``, the default: also NumPy's Frobenius norm of a matrix)
@@ -175,10 +183,19 @@ def norm(x, ord=None, axis=None, keepdims=False, *, out=None, stream=None, algor
     raises, where ``numpy.linalg.norm`` would take a matrix norm; flatten first for
     the vector norm of every item (``cufold.norm(x.reshape(-1), 1)``).
 
+    ``deterministic="gpu_to_gpu"``: the same bits on any GPU, launch shape, order or
+    split: ``ord=2`` is the square root of the binned sum of squares
+    (:mod:`cufold.device.reproducible`; each square rounded once to the accumulator's
+    dtype), ``ord=1`` the binned sum of ``|x|`` (likewise 0 and other ``p``: their sum
+    is binned, then the ``1/p`` power taken of it), ``inf``/``-inf`` a maximum/minimum,
+    which is exact in any order already. Whole C-contiguous arrays only (``axis=None``
+    or every axis; no ``keepdims``), as every ``gpu_to_gpu`` reduction.
+
     Example::
 
         >>> cufold.norm(torch.tensor([3., 4.], device="cuda"))
         tensor(5., device='cuda:0')
+        >>> cufold.norm(x, deterministic="gpu_to_gpu")
     """
     a = _arrays.describe(x, "x")
     axes = (a.ndim if axis is None else 1 if axis.__class__ is int else len(axis))
@@ -198,7 +215,7 @@ def norm(x, ord=None, axis=None, keepdims=False, *, out=None, stream=None, algor
     acc = _types.accumulate(res)
     op, tf, post = _norm_functions(ord_, acc, res)
     r = _norm_reduction(op, "norm")
-    return r(a, None, acc, out, stream, algorithm, True, axis, keepdims, tf, post)
+    return r(a, None, acc, out, stream, algorithm, deterministic, axis, keepdims, tf, post)
 
 
 # --- logsumexp ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Sums reproducible on any GPU: ``deterministic="gpu_to_gpu"`` (CUB's name).
 
 ``cufold.sum(x, deterministic="gpu_to_gpu")`` (and ``mean``, ``reduce`` with
-``plus``, ``segmented_reduce`` with ``plus``) returns the same bits for any
+``plus``, ``segmented_reduce`` with ``plus``, any of them with ``transform=``, and
+``dot``, ``vdot``, ``norm``) returns the same bits for any
 launch configuration (tile, grid), any GPU model, any order of the items and
 any split of the input into pieces whose partial *states* are combined later
 (:func:`sum_state`, :func:`combine_states`, :func:`finalise`: the multi-GPU
@@ -78,7 +79,22 @@ Which kernel runs when
   (grid-stride over segments), lanes fold the segment's tiles, a warp
   reduction of states, lane 0 writes; balanced for segments of similar
   length (one warp walks a long segment alone).
-* ``axis=``, non-contiguous views, tuple values, ``init=``: not supported
+* fused items (``transform=`` on ``sum``/``mean``/``reduce(plus)``/
+  ``segmented_reduce``; ``dot``, ``vdot``, ``norm``): the same kernels, each item
+  ``F(transform(load(xs, i)))`` (:func:`items_of`: zipped tuple inputs, generated
+  fields computed from the index), the transform's result binned as its own dtype
+  (float16/float32 as float32, float64 as float64). The state is the binned sum of the
+  transformed items, so the bound above holds with ``M`` the largest ``|transform(x)|``
+  (a dot product: ``|x_i y_i|``, each product rounded once to the accumulator dtype,
+  as the plain dot's). The sum is then as reproducible as the transform's results
+  are: single IEEE operations (``*``, ``/``, ``abs``, ``sqrt``; the shortcuts' transforms)
+  round the same everywhere; libdevice functions (``exp``, ``pow``) are the same code on
+  every model; ``a * b + c`` may be contracted into an ``fma`` by NVVM (alike for every
+  target in practice, but a compiler's choice: the simulator's and NumPy's references
+  round it twice). ``post=`` maps the finished value (``norm``'s ``sqrt``);
+  ``norm(ord=inf/-inf)`` and other min/max reductions are exact in any order and run
+  the ordinary kernels. Always 4-byte loads of fused items (never ``wide``).
+* ``axis=``, ``keepdims``, non-contiguous views, ``init=``: not supported
   (a clear error).
 """
 
@@ -91,8 +107,8 @@ import numpy as np
 from numba import config, cuda
 
 from .. import _codegen, block, warp
-from ..ops import Op
-from ..values import ValueType
+from ..ops import Op, as_transform
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from ..host.launch import Tile
 from . import reduce as _reduce_mod
@@ -340,15 +356,20 @@ def _plain_item():
     return _codegen.device(_load_item)
 
 
-Spec = collections.namedtuple("Spec", "dtype item tile finish out_dtype wide", defaults=(False,))
-# finish: "sum", "mean", "sqrt" (the value, divided by n, its square root) or "state"
+Spec = collections.namedtuple("Spec", "dtype item tile finish out_dtype wide post", defaults=(False, None))
+# finish: "sum", "mean", "sqrt" (the value, divided by n, its square root) or "state";
+# post: None or (ops.Transform, the dtype it is given): applied to the finished value
+# (``post=``: the result's dtype is the post-map's, ``out_dtype``)
 
 
 @functools.lru_cache(maxsize=None)
-def _store_result(bn, finish, out_dtype):
+def _store_result(bn, finish, out_dtype, post=None):
     env = _env(bn)
     env.update(finalise=_finalise(bn), OUT=np.dtype(out_dtype).type if out_dtype is not None else None,
                math=math)
+    if post is not None:
+        fn, mid = post
+        env.update(MID=np.dtype(mid).type, post=fn.device(ValueType.of(mid)))
     if finish == "state":
         src = """
 def store_result(total, out, n):
@@ -362,8 +383,10 @@ def store_result(total, out, n):
     out[4] = np.float64(sp).view(np.int64)
 """
     else:
-        post = {"sum": "v", "mean": "v / np.float64(n)", "sqrt": "math.sqrt(v)"}[finish]
-        src = "def store_result(total, out, n):\n    v = finalise(total)\n    out[0] = OUT(%s)\n" % post
+        value = {"sum": "v", "mean": "v / np.float64(n)", "sqrt": "math.sqrt(v)"}[finish]
+        if post is not None:        # the post-map sees the value in its own dtype, as the plain reduce's
+            value = "post(MID(%s))" % value
+        src = "def store_result(total, out, n):\n    v = finalise(total)\n    out[0] = OUT(%s)\n" % value
     return _codegen.build(src, "store_result", env)
 
 
@@ -381,7 +404,7 @@ def sum_kernel(spec):
     block_reduce = block.reduce(MERGE, STATE_VT, nt)
     merge = MERGE.combine(STATE_VT)
     load_state, store_state = STATE_VT.load, STATE_VT.store
-    store_result = _store_result(bn, spec.finish, spec.out_dtype)
+    store_result = _store_result(bn, spec.finish, spec.out_dtype, spec.post)
 
     def kernel(xs, n, partials, counter, out):
         tid = cuda.threadIdx.x
@@ -526,7 +549,29 @@ def _item_for(in_dtype, bin_dtype):
     return fn
 
 
-def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, tile=None, grid=None, wide=None):
+@functools.lru_cache(maxsize=None)
+def items_of(in_vt, transform, bin_dtype):
+    """The item function of a fused sum: ``F(transform(load(xs, i)))``, ``load`` the input
+    type's (tuple inputs are zipped, generated fields computed from the index), the
+    transform's result converted to the binning dtype ``F`` (exact for float16/float32
+    results binned as float32, float64 as float64). ``transform`` may be None."""
+    env = {"load": in_vt.load, "F": np.dtype(bin_dtype).type}
+    body = "F(load(xs, i))"
+    if transform is not None:
+        env["tf"] = transform.device(in_vt)
+        body = "F(tf(load(xs, i)))"
+    return _codegen.build("def item(xs, i):\n    return %s\n" % body, "item", env)
+
+
+def _concrete(a):
+    """What a kernel receives for placeholder(s) ``a``: a generated input's parameter."""
+    if a.__class__ is tuple:
+        return tuple(_concrete(m) for m in a)
+    return a.param if a.__class__ is _arrays.Generated else a
+
+
+def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, tile=None, grid=None, wide=None,
+             post=None):
     """Add a binned sum's launch to Program builder ``b`` (``host.programs``): ``xs`` the
     input Arr (or what ``item`` reads), ``n`` items, ``item(xs, i)`` a device function
     giving item ``i`` (default: ``xs[i]``; a fused transform, e.g. ``xs[0][i] * xs[1][i]``
@@ -534,7 +579,9 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
     ``finish`` "sum", "mean", "sqrt" (a 2-norm from squares) or "state", ``out`` a
     1-element Arr of ``out_dtype`` (5 int64 words for "state"). ``tile``/``grid``
     override the launch shape (tests: the result must not change), ``wide`` whether
-    aligned float32 input is read 8 bytes a load (None: :data:`WIDE_LOADS`)."""
+    aligned float32 input is read 8 bytes a load (None: :data:`WIDE_LOADS`), ``post``
+    None or ``(ops.Transform, the dtype it takes)``: a post-map of the finished value
+    (then ``out_dtype`` is its result's)."""
     bn = binning(dtype)
     if n >= bn.max_items:
         raise ValueError("cufold: a reproducible %s sum takes fewer than 2^%d items; got %d"
@@ -546,44 +593,57 @@ def sum_plan(b, xs, n, out, *, dtype, finish="sum", out_dtype=None, item=None, t
     wide = ((WIDE_LOADS if wide is None else wide) and item is _plain_item() and bn.dtype.itemsize == 4
             and xs.__class__ is _arrays.Arr and xs.dtype == bn.dtype and xs.ndim == 1 and xs.c_contiguous
             and not xs.ptr & 7 and tile.vt % 2 == 0 and n >= nv)
-    spec = Spec(bn.dtype, item, tile, finish, None if finish == "state" else np.dtype(out_dtype), wide)
+    spec = Spec(bn.dtype, item, tile, finish, None if finish == "state" else np.dtype(out_dtype), wide,
+                None if post is None else (post[0], np.dtype(post[1])))
     if grid is None:
         kernel = None
         if not SIMULATOR:     # the Kernel b.launch will use (same argument layouts), to ask its occupancy
             like = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, 1)
-            kernel = _launch.kernel_for(sum_kernel(spec), ("binned_sum", spec), (xs, np.int64(n)) + like + (out,))
+            kernel = _launch.kernel_for(sum_kernel(spec), ("binned_sum", spec),
+                                        (_concrete(xs), np.int64(n)) + like + (out,))
         grid = max(1, min(-(-n // nv), _resident_blocks(b.device_id, tile.nt, bn.dtype, kernel)))
     partials, counter = _reduce_mod._workspace(b.device_id, b.stream, STATE_VT, max(grid, 1))
     b.launch(sum_kernel(spec), ("binned_sum", spec), grid, tile.nt, (xs, np.int64(n), partials, counter, out))
 
 
-def plan_reduction(b, arrs, xs, given, name, out_vt, init, axis, keepdims):
+def plan_reduction(b, arrs, xs, given, name, prep, init, axis, keepdims):
     """The gpu_to_gpu Program of ``sum``/``mean``/``reduce(plus)`` (device/__init__.py's
-    ``_Reduction._plan`` hands over here): whole contiguous arrays only."""
+    ``_Reduction._plan`` hands over here, with its ``_Prepared`` value types ``prep``):
+    whole contiguous arrays; the transform (of zipped and generated inputs too) fused into
+    the item load, the post-map applied to the finished value."""
     from . import _scalar_outputs, _results, _flat
-    if len(arrs) != 1:
-        raise TypeError("cufold: deterministic='gpu_to_gpu' sums one array, not tuple values")
-    a = arrs[0]
-    if (axis is not None and len(_normalize(axis, a.ndim)) != a.ndim) or keepdims or not a.c_contiguous:
+    like = _arrays.first_stored(arrs)
+    item_vt = prep.item_vt
+    if item_vt.is_tuple:
+        raise TypeError("cufold: deterministic='gpu_to_gpu' sums single values; %s gives %s"
+                        % ("the transform %s" % prep.transform.name if prep.transform else "the input", item_vt))
+    stored = all(a.c_contiguous for a in arrs)
+    if (axis is not None and len(_normalize(axis, like.ndim)) != like.ndim) or keepdims or not stored:
         raise ValueError("cufold: deterministic='gpu_to_gpu' reduces whole contiguous arrays (axis=None, "
                          "keepdims=False); got axis=%r, keepdims=%r%s"
-                         % (axis, keepdims, "" if a.c_contiguous else ", a non-contiguous view"))
+                         % (axis, keepdims, "" if stored else ", a non-contiguous view"))
     if init is not None:
         raise ValueError("cufold: deterministic='gpu_to_gpu' takes no init")
-    bin_dt = binning_dtype(a.dtype)
-    out_dt = out_vt.dtype
-    if bin_dt is None or out_dt.kind != "f" or (name == "sum" and a.dtype.kind != "f"):
+    item_dt = item_vt.dtype
+    bin_dt = binning_dtype(item_dt)
+    mid_dt = (prep.post[1] if prep.post is not None else prep.out_vt).dtype
+    if bin_dt is None or mid_dt.kind != "f" or (name == "sum" and item_dt.kind != "f"):
         raise TypeError("cufold: deterministic='gpu_to_gpu' %s needs float16/float32/float64 items%s and "
-                        "a float result; got %s -> %s" % (name, " (or integers, for mean)" if name == "mean" else "",
-                                                          a.dtype, out_dt))
-    x = _flat(xs[0]) if a.ndim != 1 else xs[0]
-    out = _scalar_outputs(b, xs[0], out_vt, given)
-    sum_plan(b, x, a.size, out, dtype=bin_dt, finish="mean" if name == "mean" else "sum", out_dtype=out_dt,
-             item=_item_for(a.dtype, bin_dt))
-    if name == "mean" and a.size == 0:
+                        "a float result; got %s -> %s%s"
+                        % (name, " (or integers, for mean)" if name == "mean" else "", item_dt, mid_dt,
+                           " (what transform %s returns)" % prep.transform.name if prep.transform else ""))
+    flat = tuple(_flat(x) if x.ndim != 1 else x for x in xs)
+    first = _arrays.first_stored(xs)
+    out = _scalar_outputs(b, first, prep.out_vt, given)
+    plain = prep.transform is None and len(arrs) == 1 and arrs[0].library != "generated"
+    item = _item_for(item_dt, bin_dt) if plain else items_of(prep.in_vt, prep.transform, bin_dt)
+    sum_plan(b, flat if len(flat) > 1 else flat[0], like.size, out, dtype=bin_dt,
+             finish="mean" if name == "mean" else "sum", out_dtype=prep.out_vt.dtype, item=item,
+             post=prep.post)
+    if name == "mean" and like.size == 0:
         import warnings
         b.after(lambda arrays, values: warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=4))
-    return b.build(_results(out_vt, given))
+    return b.build(_results(prep.out_vt, given))
 
 
 def _normalize(axis, ndim):
@@ -591,60 +651,91 @@ def _normalize(axis, ndim):
     return normalize_axis(axis, ndim)
 
 
-def plan_segments(b, arrs, off, m, op, init, dtype):
-    """The launch of ``segmented_reduce(..., deterministic='gpu_to_gpu')`` (op plus):
+def plan_segments(b, arrs, off, m, op, init, dtype, transform=None):
+    """The launch of ``segmented_reduce(..., deterministic='gpu_to_gpu')`` (op plus) of
+    value fields ``arrs`` (several, or generated ones, with a ``transform`` to one float):
     returns the output placeholder."""
     from ..ops import plus
+    from .segmented import _item_type, _value_type
     if op is not plus:
         raise ValueError("cufold: deterministic='gpu_to_gpu' applies to sums (op=cufold.plus), not %s"
                          % getattr(op, "name", op))
-    if len(arrs) != 1 or init is not None:
-        raise ValueError("cufold: deterministic='gpu_to_gpu' segmented sums take one value array and no init")
-    a = arrs[0]
-    bin_dt = binning_dtype(a.dtype)
-    out_dt = np.dtype(dtype) if dtype is not None else a.dtype
-    if bin_dt is None or a.dtype.kind != "f" or out_dt.kind != "f":
+    if init is not None:
+        raise ValueError("cufold: deterministic='gpu_to_gpu' segmented sums take no init")
+    in_vt = _value_type(arrs)
+    item_vt = _item_type(in_vt, transform)
+    if item_vt.is_tuple:
+        raise ValueError("cufold: deterministic='gpu_to_gpu' segmented sums take one value array (or a "
+                         "transform= to one value); got %s" % item_vt)
+    item_dt = item_vt.dtype
+    bin_dt = binning_dtype(item_dt)
+    out_dt = np.dtype(dtype) if dtype is not None else item_dt
+    if bin_dt is None or item_dt.kind != "f" or out_dt.kind != "f":
         raise TypeError("cufold: deterministic='gpu_to_gpu' segmented sums need float values and a float "
-                        "result; got %s -> %s" % (a.dtype, out_dt))
-    xs = b.input(a)
+                        "result; got %s -> %s%s" % (item_dt, out_dt, " (what transform %s returns)"
+                                                    % transform.name if transform is not None else ""))
+    xs = tuple(b.input(a) for a in arrs)
     o = b.input(off)
-    out = b.output(xs, (m,), out_dt)
+    stored = [x for x in xs if x.library != "generated"]
+    out = b.output(stored[0] if stored else o, (m,), out_dt)
     if m > 0:
+        plain = transform is None and len(arrs) == 1 and arrs[0].library != "generated"
+        item = _item_for(item_dt, bin_dt) if plain else items_of(in_vt, transform, bin_dt)
         tile = tile_for(bin_dt)
         nt, vt = (128, min(tile.vt, 8)) if not SIMULATOR else (64, 2)
-        spec = Spec(bin_dt, _item_for(a.dtype, bin_dt), Tile(nt, vt), "sum", out_dt)
+        spec = Spec(bin_dt, item, Tile(nt, vt), "sum", out_dt)
         grid = max(1, min(-(-m // (nt // 32)), _reduce_mod._resident_blocks(b.device_id, nt)))
         b.launch(segments_kernel(spec), ("binned_segments", spec), grid, nt,
-                 (xs, o, np.int64(a.size), np.int64(m), out))
+                 (xs if len(xs) > 1 else xs[0], o, np.int64(arrs[0].size), np.int64(m), out))
     return out
 
 
 # --- the public state helpers -----------------------------------------------------------------
 
 def _state_plan(key, *arrays):
-    _, h, given_stream, tile, grid, wide = key
-    (a,) = arrays
-    bin_dt = binning_dtype(a.dtype)
-    if bin_dt is None or a.dtype.kind not in "f" or not a.c_contiguous:
-        raise TypeError("cufold: sum_state takes a contiguous float16/float32/float64 array; got %s%s"
-                        % (a.dtype, "" if a.c_contiguous else " (non-contiguous)"))
-    b = _programs.Builder(a.device_id, h, h if given_stream else None)
-    x = b.input(a)
-    if a.ndim != 1:
-        x = _arrays.window(x, 0, (a.size,), (1,))
-    out = b.output(x, (STATE_WORDS,), np.int64)
-    sum_plan(b, x, a.size, out, dtype=bin_dt, finish="state", item=_item_for(a.dtype, bin_dt), tile=tile,
-             grid=grid, wide=wide)
+    _, h, given_stream, tile, grid, wide, transform = key
+    transform = as_transform(transform)
+    like = _arrays.first_stored(arrays)
+    in_vt = InputType.of(tuple(a.dtype for a in arrays) if len(arrays) > 1 else arrays[0].dtype,
+                         tuple(getattr(a, "source", "array") for a in arrays))
+    item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
+    item_dt = None if item_vt.is_tuple else item_vt.dtype
+    bin_dt = binning_dtype(item_dt) if item_dt is not None else None
+    contiguous = all(a.c_contiguous for a in arrays)
+    if bin_dt is None or item_dt.kind != "f" or not contiguous:
+        raise TypeError("cufold: sum_state takes a contiguous float16/float32/float64 array (or arrays and a "
+                        "transform= to one such value); got %s%s" % (item_vt, "" if contiguous else
+                                                                     " (non-contiguous)"))
+    if any(a.size != like.size for a in arrays):
+        raise ValueError("cufold: sum_state's arrays must have equally many items; got %s"
+                         % [a.size for a in arrays])
+    b = _programs.Builder(like.device_id, h, h if given_stream else None)
+    xs = []
+    for a in arrays:
+        x = b.input(a)
+        xs.append(_arrays.window(x, 0, (a.size,), (1,)) if a.ndim != 1 else x)
+    first = _arrays.first_stored(xs)
+    out = b.output(first, (STATE_WORDS,), np.int64)
+    plain = transform is None and len(arrays) == 1 and arrays[0].library != "generated"
+    item = _item_for(item_dt, bin_dt) if plain else items_of(in_vt, transform, bin_dt)
+    sum_plan(b, tuple(xs) if len(xs) > 1 else xs[0], like.size, out, dtype=bin_dt, finish="state", item=item,
+             tile=tile, grid=grid, wide=wide)
     return b.build()
 
 
 _STATES = _programs.Programs(_state_plan, "cufold.reproducible.sum_state")
 
 
-def sum_state(x, *, stream=None, tile=None, grid=None, wide=None):
+def sum_state(x, *, stream=None, tile=None, grid=None, wide=None, transform=None):
     """The binned state of ``x``'s sum: a device int64 array of :data:`STATE_WORDS`
     words (``x``'s library), to combine with others (:func:`combine_states`) and
     finalise (:func:`finalise`). float16 items are binned as float32.
+
+    ``transform``: a function of one item (of the tuple of items where ``x`` is a tuple
+    of equally long arrays, zipped; generated inputs too) returning one float, fused as
+    in ``cufold.sum(x, transform=...)``: the state of the sum of what it returns (a
+    piece of a reproducible dot product: ``sum_state((x0, y0), transform=lambda v: v[0]
+    * v[1])``, the same state as ``cufold.dot``'s).
 
     ``tile=(threads, items_per_thread)``, ``grid=blocks`` and ``wide`` (8-byte loads
     of float32 items) change the launch (for tests and study): the state never changes
@@ -656,9 +747,10 @@ def sum_state(x, *, stream=None, tile=None, grid=None, wide=None):
         >>> both = torch.stack([t.to("cuda:0") for t in s])
         >>> cufold.reproducible.finalise(cufold.reproducible.combine_states(both), torch.float32)
     """
-    a = _arrays.describe(x)
-    h = _arrays.stream_handle(a, stream)
-    return _STATES.run((_programs.signature(a), h, stream is not None, tile, grid, wide), a)
+    arrs = _arrays.describe_many(x) if x.__class__ is tuple else (_arrays.describe(x),)
+    h = _arrays.stream_handle(arrs if x.__class__ is tuple else arrs[0], stream)
+    return _STATES.run((tuple(map(_programs.signature, arrs)), h, stream is not None, tile, grid, wide, transform),
+                       *arrs)
 
 
 def _combine_kernel_plan(key, *arrays):

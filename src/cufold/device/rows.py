@@ -54,6 +54,10 @@ call                            kernels
 ``reduce_by_key``               its run offsets (one synchronisation, as 1-D), then the same
 ==============================  =================================================================
 
+``transform=fn`` applies to each *item*: every feature of a row on its own (``fn`` of one
+value, fused into the kernel's loads: ``rows_kernel``'s ``load_value``); the piece levels
+reduce accumulators and take none.
+
 No host synchronisation beyond the 1-D functions'; scratch (the pieces) comes from the
 per-stream workspace and is bounded by the number of spans.
 """
@@ -65,8 +69,8 @@ import os
 import numpy as np
 from numba import config, cuda
 
-from .. import warp
-from ..ops import as_op
+from .. import _codegen, warp
+from ..ops import as_op, as_transform
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
 
@@ -88,12 +92,13 @@ PEERS = os.environ.get("CUFOLD_ROWS_PEERS", "1") != "0"
 LANES_MIN = int(os.environ.get("CUFOLD_ROWS_LANES", "1"))
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
-                              "gather check")
+                              "gather check transform", defaults=(None,))
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
 ``lanes`` P; ``vec`` features per lane (``P = 32`` only); ``steps`` per span; ``check``:
-record keys out of range."""
+record keys out of range; ``transform``: None or an ops.Transform of one ``in_dt`` item,
+applied to every value (each feature of a row alone) as it is loaded."""
 
 
 def lanes_for(F):
@@ -187,6 +192,9 @@ def rows_kernel(spec):
         @cuda.jit(device=True)
         def load_value(values, i):
             return values[i]
+    if spec.transform is not None:     # per item: each feature of a row on its own, fused into the load
+        load_value = _codegen.build("def load_item(values, i):\n    return tf(load(values, i))\n", "load_item",
+                                    {"tf": spec.transform.device(ValueType.of(spec.in_dt)), "load": load_value})
 
     @cuda.jit(device=True)
     def seg_end(src, s, n):
@@ -526,7 +534,8 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
               np.int64(spans), np.bool_(spans == 1), status, epoch, init, np.bool_(has_init)))
     if spec.mode == "atomic":
         return
-    level_spec = spec._replace(source="keys", key_dt=np.dtype(np.int64), in_dt=acc, gather=False, check=False)
+    level_spec = spec._replace(source="keys", key_dt=np.dtype(np.int64), in_dt=acc, gather=False, check=False,
+                               transform=None)
     level = 0
     while spans > 1:
         count = 2 * spans
@@ -562,18 +571,19 @@ def _column(a):
                        a.stream)
 
 
-def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle):
+def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle, transform=None):
     """``cufold.reduce_by_key_into`` of feature rows (described arrays ``k``, ``v``, ``o``;
-    ``handle``: the raw stream)."""
+    ``handle``: the raw stream; ``transform`` applies to each value, a row's features
+    one by one)."""
     from . import bykey
     check_rows(k, v, o)
     sig = _programs.signature
     if v.shape[1] == 1:     # one feature: the 1-D algorithms on the columns
         v, o = _column(v), _column(o)
-        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, None)   # (no transform)
+        key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform)
         programs = bykey._bykey_programs
     else:
-        key = ("rows", op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle)
+        key = ("rows", op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform)
         programs = _into_programs
     if check:
         programs.run(key, k, v, o, bykey._status(o.device_id, handle, True)[1])
@@ -584,13 +594,14 @@ def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle):
 def _plan_into(key, k, v, o, *epoch):
     """The Program of a feature-row ``reduce_by_key_into`` signature."""
     from . import bykey, radix
-    _, op, algorithm, deterministic, check, _, _, _, handle = key
+    _, op, algorithm, deterministic, check, _, _, _, handle, transform = key
     op = as_op(op)
+    transform = as_transform(transform)
     if algorithm is not None:
         raise ValueError("cufold: reduce_by_key_into of feature rows chooses its algorithm itself; pass "
                          "algorithm=None (got %r)" % (algorithm,))
     _arrays.same_device((o, k, v), "reduce_by_key_into's arrays")
-    bykey._check_types(k.dtype, v.dtype, o.dtype)
+    bykey._check_types(k.dtype, item_dtype(v.dtype, transform, "reduce_by_key_into"), o.dtype)
     out_vt = ValueType.of(o.dtype)
     op.check(out_vt)
     mode = bykey._atomic_mode(op, o.dtype)
@@ -617,11 +628,12 @@ def _plan_into(key, k, v, o, *epoch):
             b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n)))
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
                                         epoch=epoch, on_bad=bykey._record_out_of_range)
-            spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False)
+            spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False,
+                        transform)
             add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end)
         else:
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
-                        bool(check))
+                        bool(check), transform)
             add_rows(b, spec, ks, ks, flat(vs), n, m, F, oflat, bits, zero, False, status, epoch)
     if check:
         where = (device_id, handle)
@@ -636,14 +648,16 @@ _into_programs = _programs.Programs(_plan_into, "cufold.reduce_by_key_into (rows
 
 # --- segments ---------------------------------------------------------------------------------
 
-def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_init):
+def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_init, transform=None):
     """Add a feature-row segmented reduction over CSR offsets ``off`` (placeholders of
-    builder ``b``: values ``vs`` (n, F), ``out`` (m, F), C-contiguous) to ``b``."""
+    builder ``b``: values ``vs`` (n, F), ``out`` (m, F), C-contiguous) to ``b``;
+    ``transform`` (an ops.Transform or None) applies to each value as it is loaded."""
     from . import bykey, segmented
     if m == 0 or F == 0:
         return
     if F == 1:      # one feature: the 1-D merge-path kernels on the columns
-        spec = segmented.Spec(op, ValueType.of(vs.dtype), acc_vt, out_vt, segmented.tile_for(acc_vt, n + m))
+        spec = segmented.Spec(op, ValueType.of(vs.dtype), acc_vt, out_vt, segmented.tile_for(acc_vt, n + m),
+                              transform)
         segmented._run_segments(b, spec, _column(vs), off, n, m, _column(out), init_value, has_init)
         return
     if op.identity_for(acc_vt) is None:
@@ -652,7 +666,7 @@ def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_i
     P, V, S, U = shape_for(F)
     oflat = flat(out)
     spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, V, S, U, "ordered", "fresh",
-                False, False)
+                False, False, transform)
     add_rows(b, spec, off, off, flat(vs), n, m, F, oflat, oflat[0], init_value, has_init,
              bykey._quiet_status(b.device_id, b.stream), np.int64(0))
 
@@ -665,27 +679,41 @@ def check_segment_rows(v):
         raise TypeError("cufold: feature rows of dtype %s are not supported" % v.dtype)
 
 
-def segmented_reduce(v, off, op, init, dtype, handle, given_stream):
+def item_dtype(dt, transform, name):
+    """The dtype of what the operator sees of a value of ``dt``: ``dt``, or the result of
+    ``transform`` (an ops.Transform of one item: a row's features are transformed one by
+    one), which must be a single value."""
+    if transform is None:
+        return dt
+    item = transform.result_type(ValueType.of(dt))
+    if item.is_tuple:
+        raise TypeError("cufold: transform %s returns %s; %s of feature rows transforms each value (one "
+                        "feature of a row) into one value" % (transform.name, item, name))
+    return item.dtype
+
+
+def segmented_reduce(v, off, op, init, dtype, handle, given_stream, transform=None):
     """``cufold.segmented_reduce`` of feature rows (described ``v`` (n, F) and offsets)."""
     sig = _programs.signature
-    return _segment_programs.run((sig(v), sig(off), handle, op, init, dtype, given_stream), v, off)
+    return _segment_programs.run((sig(v), sig(off), handle, op, init, dtype, given_stream, transform), v, off)
 
 
 def _plan_segments(key, v, off):
     from . import segmented as seg
-    _, _, handle, op, init, dtype, given_stream = key
+    _, _, handle, op, init, dtype, given_stream, transform = key
+    transform = as_transform(transform)
     check_segment_rows(v)
     seg._check_offsets(off)
     _arrays.same_device((v, off), "values and offsets")
     op = as_op(op)
-    acc_vt, out_vt = seg._result_types(op, ValueType.of(v.dtype), dtype)
+    acc_vt, out_vt = seg._result_types(op, ValueType.of(item_dtype(v.dtype, transform, "segmented_reduce")), dtype)
     op.check(acc_vt)
     init_value, has_init = seg._start_value(op, acc_vt, init, "segmented_reduce")
     b = _programs.Builder(off.device_id, handle, handle if given_stream else None)
     vs, o = b.input(v), b.input(off)
     m = off.size - 1
     out = b.output(vs, (m, v.shape[1]), out_vt.fields[0])
-    add_segments(b, op, acc_vt, out_vt, vs, o, v.shape[0], m, v.shape[1], out, init_value, has_init)
+    add_segments(b, op, acc_vt, out_vt, vs, o, v.shape[0], m, v.shape[1], out, init_value, has_init, transform)
     return b.build()
 
 

@@ -651,10 +651,13 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     deterministic : True (default): the same bits run to run; ``"gpu_to_gpu"``
         (float sums, ``op=plus``, no ``init``): the same bits on any GPU and launch
         shape, by binned summation (a warp per segment; see
-        :mod:`cufold.device.reproducible` for the error bound).
+        :mod:`cufold.device.reproducible` for the error bound); with ``transform=``
+        too, whose results (one float per value) are what is summed.
     transform : a function of one value (of the tuple of values for tuple inputs)
         applied to each value as it is loaded, in the same kernel (as
-        ``cufold.reduce``'s); ``values`` may be or hold generated inputs.
+        ``cufold.reduce``'s); ``values`` may be or hold generated inputs. Feature
+        rows ``(n, F)``: it applies to each item, every feature of a row on its own
+        (``transform=abs`` sums ``|values|`` feature by feature).
 
     Returns an array of ``len(offsets) - 1`` results in ``values``' library (a
     tuple for tuple values), without synchronising the host.
@@ -682,13 +685,12 @@ def segmented_reduce(values, offsets, op=plus, init=None, *, dtype=None, stream=
     off = _arrays.describe(offsets, "offsets")
     if len(arrs) == 1 and arrs[0].ndim != 1:          # feature rows (n, F)
         from . import rows
-        if transform is not None:
-            raise ValueError("cufold: segmented_reduce of feature rows (n, F) takes no transform= (yet)")
-        if deterministic.__class__ is str and arrs[0].dtype.kind == "f":
+        if deterministic.__class__ is str and \
+                rows.item_dtype(arrs[0].dtype, as_transform(transform), "segmented_reduce").kind == "f":
             raise ValueError("cufold: deterministic=%r takes 1-D values; feature rows (n, F) are reproducible "
                              "run to run (deterministic=True), not across GPUs" % (deterministic,))
         return rows.segmented_reduce(arrs[0], off, op, init, dtype, _arrays.stream_handle(arrs + (off,), stream),
-                                     stream is not None)
+                                     stream is not None, transform)
     return _segmented_programs.run(
         (tuple(map(_programs.signature, arrs)), _programs.signature(off),
          _arrays.stream_handle(arrs + (off,), stream), op, init, dtype, stream is not None, deterministic,
@@ -704,14 +706,12 @@ def _plan_segmented_key(key, *arrays):
     _check_values(arrs, "values")
     _check_offsets(off)
     _arrays.same_device(tuple(a for a in arrays if a.library != "generated"), "values and offsets")
-    if deterministic.__class__ is str and any(a.dtype.kind == "f" for a in arrs):
+    if deterministic.__class__ is str and any(f.kind == "f" for f in _item_type(_value_type(arrs), transform).fields):
         if deterministic != "gpu_to_gpu":
             raise ValueError("cufold: deterministic must be True or 'gpu_to_gpu'; got %r" % (deterministic,))
-        if transform is not None or any(a.library == "generated" for a in arrs):
-            raise ValueError("cufold: deterministic='gpu_to_gpu' takes stored values, without transform= (yet)")
         from . import reproducible
         b = _programs.Builder(off.device_id, handle, handle if given_stream else None)
-        reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype)
+        reproducible.plan_segments(b, arrs, off, off.size - 1, as_op(op), init, dtype, transform)
         return b.build()
     return _plan_segmented(arrs, off, as_op(op), init, dtype, handle, handle if given_stream else None,
                            "segmented_reduce", transform=transform)
@@ -828,7 +828,8 @@ def reduce_by_key(keys, values, op=plus, *, dtype=None, stream=None, transform=N
     dtype : accumulator and result dtype (default as ``cufold.reduce``).
     stream : the library's stream object or a raw ``CUstream`` handle.
     transform : a function of one value applied to each as it is loaded (as
-        ``cufold.reduce``'s); ``values`` may be or hold generated inputs.
+        ``cufold.reduce``'s); ``values`` may be or hold generated inputs. Feature
+        rows: it applies to each item, every feature of a row on its own.
 
     Returns ``(unique_keys, totals)``, arrays of the input library with one
     element per run. **Synchronises the host once**, to read the number of runs
@@ -908,6 +909,10 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream, transform=No
     """Program ``(keys..., counts, values...) -> (unique keys, totals)`` for ``runs``
     runs (none: ``(keys..., values...)``, empty results)."""
     key_vt, in_vt = _value_type(karrs), _value_type(varrs)
+    features = varrs[0].shape[1:] if len(varrs) == 1 and varrs[0].ndim == 2 else ()
+    if features and transform is not None:       # feature rows: each value (a row's feature) alone
+        from . import rows
+        rows.item_dtype(varrs[0].dtype, transform, "reduce_by_key")
     acc_vt, out_vt = _result_types(op, _item_type(in_vt, transform), dtype)
     op.check(acc_vt)
     n = karrs[0].size
@@ -919,18 +924,15 @@ def _plan_runs(karrs, varrs, op, dtype, runs, handle, alloc_stream, transform=No
     vs = [b.input(a) for a in varrs]
     ukeys = [b.output(ks[0], (runs,), f) for f in key_vt.fields]
     off = b.output(ks[0], (runs + 1,), np.int64)                  # the runs as CSR segments
-    features = varrs[0].shape[1:] if len(varrs) == 1 and varrs[0].ndim == 2 else ()
     totals = [b.output(ks[0], (runs,) + features, f) for f in out_vt.fields]
     if runs > 0:
         b.launch(scatter_heads_kernel(key_vt, (nt, vt)), ("rbk_scatter", key_vt, (nt, vt)), tiles, nt,
                  (_pack(key_vt, ks), np.int64(n), counts, np.int64(runs), off, _pack(key_vt, ukeys)))
         init_value, has_init = _start_value(op, acc_vt, None, "reduce_by_key", never_empty=True)
         if features:
-            if transform is not None:
-                raise ValueError("cufold: reduce_by_key of feature rows takes no transform= (yet)")
             from . import rows
             rows.add_segments(b, op, acc_vt, out_vt, vs[0], off, n, runs, features[0], totals[0], init_value,
-                              has_init)
+                              has_init, transform)
         else:
             spec = Spec(op, in_vt, acc_vt, out_vt, tile_for(acc_vt, n + runs), transform)
             _run_segments(b, spec, _pack(in_vt, vs), off, n, runs, _pack(out_vt, totals), init_value, has_init)
