@@ -485,6 +485,22 @@ def test_builtin_ops_on_tuple_values(rng, algorithm):
     assert host(r) == (np.max(x), np.max(y))
 
 
+def test_tuple_dtype_per_field(rng):
+    """``dtype=`` of tuple values: one dtype per field (or one for every field)."""
+    x = rng.integers(-1000, 1000, 200).astype(np.int32)
+    y = random(rng, np.float32, 200)
+    r = cufold.sum((dev(x), dev(y)), dtype=(np.int32, np.float64))
+    assert tuple(v.dtype for v in r) == (np.int32, np.float64)
+    assert host(r[0]) == np.sum(x, dtype=np.int32)
+    check_float_sum(host(r[1]), y, np.float64)
+    m = (dev(x.reshape(8, 25)), dev(y.reshape(8, 25)))
+    r = cufold.reduce(m, cufold.maximum, axis=0, dtype=(np.int64, np.float32))
+    assert tuple(v.dtype for v in r) == (np.int64, np.float32)
+    assert (host(r[0]) == x.reshape(8, 25).max(0)).all() and (host(r[1]) == y.reshape(8, 25).max(0)).all()
+    with pytest.raises(ValueError, match="dtype has 3 fields; the values have 2"):
+        cufold.sum((dev(x), dev(y)), dtype=(np.int32,) * 3)
+
+
 def test_user_operators_refused_by_atomics(rng):
     x = dev(rng.integers(-10, 10, 50).astype(np.int32))
     for alg in ATOMIC:

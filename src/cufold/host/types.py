@@ -49,7 +49,11 @@ def result_fields(op, in_vt, dtype=None):
     given; NumPy's sum/prod promotion for plus and multiplies; otherwise the
     input's own. A dtype for a scalar value type, a tuple of them for a tuple."""
     from ..ops import multiplies, plus
-    if dtype is not None:
+    if isinstance(dtype, tuple):            # one per field (np.dtype would read a tuple as a subarray)
+        if len(dtype) != len(in_vt.fields):
+            raise ValueError("cufold: dtype has %d fields; the values have %d" % (len(dtype), len(in_vt.fields)))
+        fields = tuple(np.dtype(d) for d in dtype)
+    elif dtype is not None:
         fields = tuple(np.dtype(dtype) for _ in in_vt.fields)
     elif op is plus or op is multiplies:
         fields = tuple(sum_dtype(f) for f in in_vt.fields)
