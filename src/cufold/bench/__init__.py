@@ -17,6 +17,8 @@ Suites (``python -m cufold bench list``):
 ``scan-axes``  cumsum along axes, the batched affine recurrence vs torch/Triton/JAX (:mod:`.scan_axes`, its own driver)
 ``calls``      per-call host time of every device function vs torch (:mod:`.calls`)
 ``fused``      dot, logsumexp, norm, sum(transform=) f32 vs torch/CuPy (:mod:`.fused`; 2^20, 2^24, 2^28)
+``distributed`` cufold.distributed (all_reduce of sums and Welford tuples, sharded sum and argmax) vs
+               torch.distributed/NCCL, one process per GPU (:mod:`.distributed`, its own driver)
 
 **Default run and --full.** A suite's default run takes under 4 minutes on an
 H100/H200: sizes 2^10, 2^14, 2^18, 2^20, 2^24, 2^28 (``hist`` 2^20 and 2^26,
@@ -252,6 +254,9 @@ def main(argv=None, stdout=None, stderr=None):
     if argv and argv[0] == "pyg":  # issue 19's PyG shapes: its own driver
         from .pyg import main as pyg_main
         return pyg_main(argv[1:], stdout=out, stderr=err)
+    if argv and argv[0] == "distributed":  # one process per GPU: its own driver
+        from .distributed import main as distributed_main
+        return distributed_main(argv[1:], stdout=out, stderr=err)
     if argv and argv[0] == "list":
         for name, s in S.SUITES.items():
             sizes = "" if s.build is None else "; sizes 2^(%s), --full 2^(%s)" % (s.default_sizes, s.full_sizes)

@@ -647,6 +647,8 @@ SUITES = {
     "bykey": Suite("bykey", (), None, [], "seed 001's box: reduce_by_key_into vs torch/cupyx (cufold.bench.bykey)"),
     "bykey-tuple": Suite("bykey-tuple", (), None, [], "tuple values by key: argmax, count + sums, Welford vs "
                          "PyG/torch (cufold.bench.bykey_tuple)"),
+    "distributed": Suite("distributed", (), None, [], "cufold.distributed vs torch.distributed/NCCL, one process "
+                         "per GPU (cufold.bench.distributed)"),
     "pyg": Suite("pyg", (), None, [], "feature rows by key and over segments (E = 4M x F = 1..256 into N = 200k) "
                  "vs PyG scatter and torch (cufold.bench.pyg)"),
     "hist": Suite("hist", ("float32", "int32"), _hist.hist_cases, _hist.HIST_TARGETS, _hist.HIST_DOC,
