@@ -138,12 +138,19 @@ def case_all_reduce_welford(c):
     rng = c.rng("welford")
     data = [rng.standard_normal((int(rng.integers(1, 9)), 50)) * 3 + 1e4 for _ in range(c.world)]
     mine = data[c.rank]
-    state = (c.t(np.full(50, mine.shape[0], np.float64)), c.t(mine.mean(0)), c.t(((mine - mine.mean(0)) ** 2).sum(0)))
-    cd.all_reduce(state, cufold.welford)
     whole = np.concatenate(data)
-    close(c.h(state[0]), np.full(50, len(whole)))
-    close(c.h(state[1]), whole.mean(0), rtol=1e-12)
-    close(c.h(state[2]) / len(whole), whole.var(0), rtol=1e-9)
+    for alg in (None, "sums", "gather", "scatter"):
+        state = (c.t(np.full(50, mine.shape[0], np.float64)), c.t(mine.mean(0)),
+                 c.t(((mine - mine.mean(0)) ** 2).sum(0)))
+        cd.all_reduce(state, cufold.welford, algorithm=alg)
+        close(c.h(state[0]), np.full(50, len(whole)))
+        close(c.h(state[1]), whole.mean(0), rtol=1e-12)
+        close(c.h(state[2]) / len(whole), whole.var(0), rtol=1e-9)
+    empty = tuple(c.t(np.zeros(4)) for _ in range(3))          # no items anywhere: stays the identity
+    cd.all_reduce(empty, cufold.welford, algorithm="sums")
+    assert all((c.h(f) == 0).all() for f in empty)
+    raises_everywhere(lambda: cd.all_reduce((c.t(np.ones(3)),) * 2, cufold.plus, algorithm="sums"), ValueError,
+                      "merges Welford states")
 
 
 def case_all_reduce_argmax_ties(c):

@@ -33,10 +33,14 @@ call                                   what every rank gets
   ``r``-th chunk), the fold of that chunk, then an ``all_gather`` of the folded chunks: each
   rank sends and receives ``2 (W - 1) / W`` of ``x``'s bytes, as a ring all-reduce, and folds
   ``1 / W`` of it (large arrays). Folds are in rank order, so a non-commutative operator
-  combines rank 0's value first.
+  combines rank 0's value first;
+- ``"sums"``: Welford states (``cufold.welford`` on floating fields) merged by two backend
+  sums, ``(count, count * mean)`` and then ``M2 + count * (mean - merged mean)^2``: the bytes
+  of one NCCL all-reduce of the states, plus elementwise passes.
 
-``algorithm=None`` takes ``"nccl"`` where it applies, else ``"gather"`` below
-:data:`SCATTER_MIN_ITEMS` items and ``"scatter"`` from there.
+``algorithm=None`` takes ``"nccl"`` where it applies, ``"sums"`` for Welford states, else
+``"gather"`` below :data:`SCATTER_MIN_ITEMS` items and ``"scatter"`` from there. Tuples
+gather in one collective (their fields packed in one buffer).
 
 **Checks and synchronisation.** With ``check=True`` (the default) the ranks first exchange a
 short description of their call (function, operator, shapes, dtypes, and for keys their range)
@@ -294,7 +298,7 @@ def _native(op, ts):
     return None
 
 
-ALGORITHMS = ("nccl", "gather", "scatter")
+ALGORITHMS = ("nccl", "gather", "scatter", "sums")
 
 
 def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
@@ -310,7 +314,7 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
         combines in rank order).
     out : tensor(s) like ``x`` to write into instead of ``x``.
     group : the ``torch.distributed`` process group (default: the world).
-    algorithm : ``"nccl"``, ``"gather"``, ``"scatter"`` or None (see the module doc).
+    algorithm : ``"nccl"``, ``"gather"``, ``"scatter"``, ``"sums"`` or None (see the module doc).
     check : exchange and compare the ranks' shapes, dtypes and operators first (a clear
         error on every rank instead of a hang); **synchronises the host** once. False: no wait.
 
@@ -338,6 +342,9 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
         if algorithm == "nccl" and _native(op, ts) is None:
             raise ValueError("cufold: operator %s is not one the backend reduces; use 'gather' or 'scatter'"
                              % op.name)
+        if algorithm == "sums" and not _welford_sums_apply(op, ts):
+            raise ValueError("cufold: algorithm 'sums' merges Welford states (cufold.welford) of floating "
+                             "fields of one dtype")
     except (TypeError, ValueError) as exc:
         if not check:
             raise
@@ -364,7 +371,8 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     native = _native(op, ts)
     n = ts[0].numel()
     if algorithm is None:
-        algorithm = "nccl" if native is not None else ("scatter" if n >= SCATTER_MIN_ITEMS and w > 1 else "gather")
+        algorithm = ("nccl" if native is not None else "sums" if _welford_sums_apply(op, ts) else
+                     "scatter" if n >= SCATTER_MIN_ITEMS and w > 1 else "gather")
     if algorithm == "nccl":
         for t, o in zip(ts, outs):
             if o is not t:
@@ -380,12 +388,10 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     flat_in = [t.reshape(-1) for t in ts]
     flat_out = [o.reshape(-1) for o in outs]
     if algorithm == "gather":
-        stacks = []
-        for f in flat_in:
-            s = torch.empty(w * n, dtype=f.dtype, device=f.device)
-            _all_gather(s, f, group)
-            stacks.append(s.view(w, n))
-        _fold(stacks, op, dtypes, flat_out)
+        _fold(_gather_fields(flat_in, group), op, dtypes, flat_out)
+        return
+    if algorithm == "sums":
+        _welford_sums(flat_in, flat_out, group)
         return
     # scatter: rank r folds everyone's r-th chunk, then the folded chunks are gathered
     chunk = -(-n // w)
@@ -404,6 +410,64 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
         _all_gather(g, g[rank * chunk: (rank + 1) * chunk], group)
         if not even:
             o.copy_(g[:n])
+
+
+def _gather_fields(flat, group):
+    """Every rank's 1-D fields ``flat`` (equally long), gathered by one collective: a list of
+    (W, n) tensors, one per field. Several fields travel packed in one byte buffer (each at an
+    offset aligned to its item size), so a tuple costs one collective, not one per field."""
+    torch, _ = _torch()
+    w, _ = _group_info(group)
+    n, dev = flat[0].numel(), flat[0].device
+    if len(flat) == 1:
+        s = torch.empty(w * n, dtype=flat[0].dtype, device=dev)
+        _all_gather(s, flat[0], group)
+        return [s.view(w, n)]
+    offsets, size = [], 0
+    for f in flat:
+        size = -(-size // f.element_size()) * f.element_size()
+        offsets.append(size)
+        size += n * f.element_size()
+    size = -(-size // 8) * 8                      # rows stay aligned for every field's view
+    mine = torch.empty(size, dtype=torch.uint8, device=dev)
+    for f, off in zip(flat, offsets):
+        mine[off: off + n * f.element_size()].view(f.dtype).copy_(f)
+    every = torch.empty((w, size), dtype=torch.uint8, device=dev)
+    _all_gather(every.view(-1), mine, group)
+    stacks = [every[:, off: off + n * f.element_size()].view(f.dtype) for f, off in zip(flat, offsets)]
+    if len({f.element_size() for f in flat}) > 1:      # a tuple's fields share one layout (strides)
+        stacks = [s.contiguous() for s in stacks]
+    return stacks
+
+
+def _welford_sums_apply(op, ts):
+    """Whether ``op`` on ``ts`` is Welford's merge of floating states of one dtype, which
+    :func:`_welford_sums` does with the backend's sums."""
+    return op is welford and len(ts) == 3 and ts[0].dtype.is_floating_point and \
+        all(t.dtype == ts[0].dtype for t in ts)
+
+
+def _welford_sums(flat, outs, group):
+    """Welford states ``(count, mean, M2)`` merged over the ranks by two all-reduce sums
+    (Chan's formula, in the order that needs only sums): first ``(count, count * mean)``,
+    giving the merged count ``C`` and mean ``mu``; then ``M2 + count * (mean - mu)^2``, which
+    is the merged ``M2`` -- deviations from the merged mean, so no sum of squares cancels.
+    The same bytes as one NCCL all-reduce of the states, plus elementwise passes."""
+    torch, dist = _torch()
+    count, mean, m2 = flat
+    n = count.numel()
+    sums = torch.empty((2, n), dtype=count.dtype, device=count.device)
+    sums[0].copy_(count)
+    torch.mul(count, mean, out=sums[1])
+    dist.all_reduce(sums, group=group)
+    merged_mean = torch.where(sums[0] > 0, sums[1] / sums[0], torch.zeros((), dtype=count.dtype,
+                                                                         device=count.device))
+    spread = mean - merged_mean
+    spread.mul_(spread).mul_(count).add_(m2)
+    dist.all_reduce(spread, group=group)
+    outs[0].copy_(sums[0])
+    outs[1].copy_(merged_mean)
+    outs[2].copy_(spread)
 
 
 def _fold(stacks, op, dtypes, outs):
@@ -641,13 +705,9 @@ def _arg(name, local, op):
             raise ValueError("cufold: distributed.%s takes one axis or None, as numpy.%s" % (name, name))
         if axes is not None and axes[0] != 0:      # along another axis: each rank's own rows
             return _back(local(_dev(t), axis=axis, keepdims=keepdims))
-        pair = _local_pair(t, axis, local, op)
+        value, index = _local_pair(t, axis, local, op)
         per_row = 1 if axis is not None else int(np.prod(t.shape[1:], dtype=np.int64))
-        offset = _shard_offset(t.shape[0], rows, group, t.device)
-        value, index = pair
-        if t.shape[0]:
-            index += offset * per_row
-        value, index = _partial_combine((value, index), op, group, True)
+        value, index = _global_arg(value, index, t.shape[0] * per_row, op, group)
         if keepdims:
             index = index.reshape((1,) * t.dim() if axis is None else tuple(1 if i == axes[0] else s
                                                                              for i, s in enumerate(t.shape)))
@@ -662,6 +722,23 @@ def _arg(name, local, op):
     return fn
 
 
+def _global_arg(value, index, items, op, group):
+    """Fold every rank's (value, local index) pairs in rank order, each index moved past the
+    ``items`` (flat, or rows along axis 0) of the ranks before it: one packed gather carries
+    the pairs and the shard sizes together."""
+    torch, _ = _torch()
+    w, _ = _group_info(group)
+    shape = value.shape
+    sizes = torch.full(value.shape, items, dtype=torch.int64, device=value.device).reshape(-1)
+    vals, idx, counts = _gather_fields([value.reshape(-1), index.reshape(-1), sizes], group)
+    starts = torch.cumsum(counts, 0) - counts                  # each rank's first global index
+    none = int(op.identity_for(ValueType.of((_np_dtype(value), np.int64)))[1])
+    idx = torch.where(idx == none, idx, idx + starts)          # an empty shard's identity stays
+    value, index = torch.empty_like(value.reshape(-1)), torch.empty_like(index.reshape(-1))
+    _fold([vals.contiguous(), idx], op, (_np_dtype(value), np.dtype(np.int64)), [value, index])
+    return value.reshape(shape), index.reshape(shape)
+
+
 def _local_pair(t, axis, local, op):
     """This rank's (value, index) of the first extreme (the identity where the shard is empty)."""
     torch, _ = _torch()
@@ -671,8 +748,8 @@ def _local_pair(t, axis, local, op):
         return (torch.full(shape, ident[0].item(), dtype=t.dtype, device=t.device),
                 torch.full(shape, int(ident[1]), dtype=torch.int64, device=t.device))
     index = _back(local(_dev(t), axis=axis))
-    if axis is None:          # (a 0-d index tensor indexes as an int: a view of t, hence the clone)
-        value = t[torch.unravel_index(index, t.shape)].clone()
+    if axis is None:          # take: a gather on the device (indexing by a 0-d tensor reads it to the host)
+        value = torch.take(t, index)
     else:
         value = torch.take_along_dim(t, index.unsqueeze(0), 0).squeeze(0).contiguous()
     return value, index.to(torch.int64).contiguous()
