@@ -348,6 +348,51 @@ def case_by_key_sharded(c):
     assert (c.h(state[0]) == np.bincount(keys, minlength=m)[mine]).all()
 
 
+# --- waits: only the documented ones ----------------------------------------------------------------
+
+def case_waits(c):
+    """check=False calls never wait for the device (on a GPU torch's sync debug mode raises on
+    any synchronising op); check=True waits once, through cufold's one read-back."""
+    import cufold
+    import cufold.distributed as cd
+    from cufold.host import readback
+    import torch
+    reads = [0]
+    real = readback.read_to_host
+
+    def counted(*args, **kwargs):
+        reads[0] += 1
+        return real(*args, **kwargs)
+    readback.read_to_host = counted
+    x = c.t(np.arange(70000, dtype=np.float32) % 7)
+    pair = (c.t(np.ones(300)), c.t(np.ones(300)))
+    state = tuple(c.t(np.ones(64)) for _ in range(3))
+    keys, vals, table = c.t(np.arange(50) % 9), c.t(np.ones(50, np.float32)), c.t(np.zeros(9, np.float32))
+    calls = [lambda ck: cd.all_reduce(x, check=ck), lambda ck: cd.all_reduce(x, cufold.maximum, check=ck),
+             lambda ck: cd.all_reduce(pair, affine_op(), check=ck, algorithm="scatter"),
+             lambda ck: cd.all_reduce(state, cufold.welford, check=ck),
+             lambda ck: cd.sum(x, check=ck), lambda ck: cd.argmax(x, check=ck), lambda ck: cd.mean_var(x, check=ck),
+             lambda ck: cd.reduce_by_key_into(keys, vals, table, check=ck)]
+    try:
+        for i, call in enumerate(calls):
+            call(True)                                            # compiles, plans
+            reads[0] = 0
+            call(True)
+            assert reads[0] == 1, "call %d: %d waits with check=True" % (i, reads[0])
+            reads[0] = 0
+            if not SIM:
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                call(False)
+            finally:
+                if not SIM:
+                    torch.cuda.set_sync_debug_mode("default")
+            assert reads[0] == 0, "call %d: %d waits with check=False" % (i, reads[0])
+    finally:
+        readback.read_to_host = real
+
+
 # --- errors: the same clear error on every rank, never a hang ------------------------------------
 
 def case_errors_everywhere(c):

@@ -3,7 +3,8 @@
 # memcheck, racecheck and synccheck over every device algorithm, all at once (the suite
 # compiles on 12 CPU workers while the three sanitizer processes share the GPU).
 # Usage on the GPU machine, repo root, with .whl carried: bash tools/gpu_check.sh
-# PART=1 and PART=2 run halves of the test files (PART=all, the default, runs every file).
+# PART=1 and PART=2 run halves of the test files (PART=all, the default, runs every file);
+# PART=files FILES="tests/test_a.py ..." runs the files named.
 # Results are logged with -v, so failures are named as they happen even if the time limit
 # cuts the run; the 25 slowest tests close the log.
 set -u
@@ -25,6 +26,7 @@ PART1="warp|block|thread|ops_values|device_reduce|device_scan|launch|device_arra
 case "${PART:-all}" in
   1) FILES=$(ls tests/test_*.py | grep -E "test_($PART1).py") ;;
   2) FILES=$(ls tests/test_*.py | grep -vE "test_($PART1).py") ;;
+  files) ;;                       # FILES given by the caller: the test files a change touched
   *) FILES=tests ;;
 esac
 timeout ${TEST_TIMEOUT:-480} python3 -m pytest -n ${WORKERS:-12} -v -rf -p no:cacheprovider --durations=25 \
