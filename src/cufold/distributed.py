@@ -69,15 +69,16 @@ Example (one process per GPU, ``torchrun --nproc-per-node 2 script.py``)::
 """
 
 import builtins as _builtins
+import functools
 import zlib
 
 import numpy as np
-from numba import config
+from numba import config, cuda
 
 from . import device as _device
 from .ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, multiplies, plus, welford
 from .values import ValueType
-from .host import arrays as _arrays, readback as _readback
+from .host import arrays as _arrays, launch as _launch, programs as _programs, readback as _readback
 from .device import reproducible as _reproducible
 
 __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "mean", "var",
@@ -444,30 +445,77 @@ def _welford_sums_apply(op, ts):
     """Whether ``op`` on ``ts`` is Welford's merge of floating states of one dtype, which
     :func:`_welford_sums` does with the backend's sums."""
     return op is welford and len(ts) == 3 and ts[0].dtype.is_floating_point and \
-        all(t.dtype == ts[0].dtype for t in ts)
+        all(t.dtype == ts[0].dtype and t.is_contiguous() for t in ts)
 
 
 def _welford_sums(flat, outs, group):
     """Welford states ``(count, mean, M2)`` merged over the ranks by two all-reduce sums
     (Chan's formula, in the order that needs only sums): first ``(count, count * mean)``,
     giving the merged count ``C`` and mean ``mu``; then ``M2 + count * (mean - mu)^2``, which
-    is the merged ``M2`` -- deviations from the merged mean, so no sum of squares cancels.
-    The same bytes as one NCCL all-reduce of the states, plus elementwise passes."""
+    sums to the merged ``M2`` -- deviations from the merged mean, so no sum of squares
+    cancels. The bytes of one NCCL all-reduce of the states, plus two elementwise kernels
+    (``_merge_kernels``: 4 and 8 field-passes), in place in ``outs``."""
     torch, dist = _torch()
-    count, mean, m2 = flat
-    n = count.numel()
-    sums = torch.empty((2, n), dtype=count.dtype, device=count.device)
-    sums[0].copy_(count)
-    torch.mul(count, mean, out=sums[1])
+    for t, o in zip(flat, outs):
+        if o is not t:
+            o.copy_(t)
+    count = outs[0]
+    sums = torch.empty((2, count.numel()), dtype=count.dtype, device=count.device)
+    fields = _devs(outs) + (_dev(sums),)
+    _MERGE.run(("prepare",) + tuple(_programs.signature(a) for a in _describe(fields)), *_describe(fields))
     dist.all_reduce(sums, group=group)
-    merged_mean = torch.where(sums[0] > 0, sums[1] / sums[0], torch.zeros((), dtype=count.dtype,
-                                                                         device=count.device))
-    spread = mean - merged_mean
-    spread.mul_(spread).mul_(count).add_(m2)
-    dist.all_reduce(spread, group=group)
-    outs[0].copy_(sums[0])
-    outs[1].copy_(merged_mean)
-    outs[2].copy_(spread)
+    _MERGE.run(("finish",) + tuple(_programs.signature(a) for a in _describe(fields)), *_describe(fields))
+    dist.all_reduce(outs[2], group=group)
+
+
+def _describe(arrays):
+    return tuple(_arrays.describe(a) for a in arrays)
+
+
+@functools.lru_cache(maxsize=None)
+def _merge_kernels(dtype):
+    """The elementwise halves of :func:`_welford_sums` for states of ``dtype``:
+    ``prepare(c, m, m2, sums, n)`` writes ``sums = (c, c * m)``; ``finish`` reads the summed
+    ``(C, C * mu)`` and leaves ``c = C``, ``m = mu`` and ``m2 = m2 + c * (m - mu)^2`` (to be
+    summed). Grid-stride; each thread touches its own items only, so ``c``, ``m``, ``m2``
+    may be updated in place."""
+    zero = np.dtype(dtype).type(0)
+
+    def prepare(c, m, m2, sums, n):
+        i = cuda.grid(1)
+        while i < n:
+            ci = c[i]
+            sums[0, i] = ci
+            sums[1, i] = ci * m[i]
+            i += cuda.gridsize(1)
+
+    def finish(c, m, m2, sums, n):
+        i = cuda.grid(1)
+        while i < n:
+            total = sums[0, i]
+            mu = sums[1, i] / total if total > zero else zero
+            d = m[i] - mu
+            m2[i] = m2[i] + c[i] * d * d
+            m[i] = mu
+            c[i] = total
+            i += cuda.gridsize(1)
+
+    return prepare, finish
+
+
+def _merge_plan(key, c, m, m2, sums):
+    """The Program of one half (``key[0]``) of :func:`_welford_sums` for these arrays."""
+    half = key[0]
+    b = _programs.Builder(c.device_id, _arrays.stream_handle(c))
+    args = tuple(b.input(a) for a in (c, m, m2, sums))
+    n, nt = c.size, 256
+    grid = _builtins.max(1, _builtins.min(-(-n // nt), 8 * _launch.sm_count(c.device_id)))
+    fn = _merge_kernels(c.dtype)[half == "finish"]
+    b.launch(fn, ("welford_merge", half, c.dtype), grid, nt, args + (np.int64(n),))
+    return b.build()
+
+
+_MERGE = _programs.Programs(_merge_plan, "cufold.distributed.welford_merge", 64)
 
 
 def _fold(stacks, op, dtypes, outs):
