@@ -146,6 +146,16 @@ def case_all_reduce_welford(c):
         close(c.h(state[0]), np.full(50, len(whole)))
         close(c.h(state[1]), whole.mean(0), rtol=1e-12)
         close(c.h(state[2]) / len(whole), whole.var(0), rtol=1e-9)
+    many = rng.standard_normal((c.world, 3, 700)) + 50     # more items than threads: two a step
+    many[:, 0] = np.floor(np.abs(many[:, 0]))                 # counts, some zero
+    state = tuple(c.t(f) for f in many[c.rank])
+    cd.all_reduce(state, cufold.welford, algorithm="sums")
+    cnt, mean, m2 = many[:, 0], many[:, 1], many[:, 2]
+    total = cnt.sum(0)
+    mu = np.where(total > 0, (cnt * mean).sum(0) / np.where(total > 0, total, 1), 0)
+    close(c.h(state[0]), total)
+    close(c.h(state[1]), mu, rtol=1e-12)
+    close(c.h(state[2]), (m2 + cnt * (mean - mu) ** 2).sum(0), rtol=1e-10)
     empty = tuple(c.t(np.zeros(4)) for _ in range(3))          # no items anywhere: stays the identity
     cd.all_reduce(empty, cufold.welford, algorithm="sums")
     assert all((c.h(f) == 0).all() for f in empty)

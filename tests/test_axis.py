@@ -381,3 +381,17 @@ def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
     np.testing.assert_allclose(m, xv.mean(axis=axis, dtype=np.float64), rtol=1e-6)
     wide = [k[1].wide for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"]
     assert wide and all(wide) == (view != "offset") and any(wide) == (view != "offset")
+
+
+def test_tuple_fields_may_differ_in_strides_of_length_one_dimensions(rng):
+    """torch keeps whatever stride a dimension of length 1 had: fields of one layout otherwise
+    reduce together (a gathered (1, n) block beside a compact copy)."""
+    v = rng.standard_normal(24).astype(np.float32)
+    i = np.arange(8, dtype=np.int64)
+    values, _ = strided_view(v, 0, (1, 8), (24, 1))          # row stride 24, never used
+    index, _ = strided_view(i, 0, (1, 8), (8, 1))
+    got = to_host(cufold.reduce((values, index), cufold.argmax, axis=0))
+    assert (got[0] == v[:8]).all() and (got[1] == i).all()
+    with pytest.raises(ValueError, match="one layout"):
+        wide, _ = strided_view(np.tile(v, 2), 0, (2, 8), (24, 1))
+        cufold.reduce((wide, strided_view(np.tile(i, 3), 0, (2, 8), (8, 1))[0]), cufold.argmax, axis=0)

@@ -461,10 +461,11 @@ def _welford_sums(flat, outs, group):
             o.copy_(t)
     count = outs[0]
     sums = torch.empty((2, count.numel()), dtype=count.dtype, device=count.device)
-    fields = _devs(outs) + (_dev(sums),)
-    _MERGE.run(("prepare",) + tuple(_programs.signature(a) for a in _describe(fields)), *_describe(fields))
+    fields = _describe(_devs(outs) + (_dev(sums),))
+    key = tuple(_programs.signature(a) for a in fields)
+    _MERGE.run(("prepare",) + key, *fields)
     dist.all_reduce(sums, group=group)
-    _MERGE.run(("finish",) + tuple(_programs.signature(a) for a in _describe(fields)), *_describe(fields))
+    _MERGE.run(("finish",) + key, *fields)
     dist.all_reduce(outs[2], group=group)
 
 
@@ -477,28 +478,45 @@ def _merge_kernels(dtype):
     """The elementwise halves of :func:`_welford_sums` for states of ``dtype``:
     ``prepare(c, m, m2, sums, n)`` writes ``sums = (c, c * m)``; ``finish`` reads the summed
     ``(C, C * mu)`` and leaves ``c = C``, ``m = mu`` and ``m2 = m2 + c * (m - mu)^2`` (to be
-    summed). Grid-stride; each thread touches its own items only, so ``c``, ``m``, ``m2``
-    may be updated in place."""
+    summed). Grid-stride, two items a step whose loads are all issued before any store (the
+    arrays may alias as far as the compiler knows); each thread touches its own items only, so
+    ``c``, ``m``, ``m2`` are updated in place."""
     zero = np.dtype(dtype).type(0)
+
+    @cuda.jit(device=True, inline=True)
+    def merged(total, weighted, c, m, m2):
+        mu = weighted / total if total > zero else zero
+        d = m - mu
+        return total, mu, m2 + c * d * d
 
     def prepare(c, m, m2, sums, n):
         i = cuda.grid(1)
+        step = cuda.gridsize(1)
         while i < n:
-            ci = c[i]
+            j = i + step
+            two = j < n
+            ci, mi = c[i], m[i]
+            cj = c[j] if two else zero
+            mj = m[j] if two else zero
             sums[0, i] = ci
-            sums[1, i] = ci * m[i]
-            i += cuda.gridsize(1)
+            sums[1, i] = ci * mi
+            if two:
+                sums[0, j] = cj
+                sums[1, j] = cj * mj
+            i += 2 * step
 
     def finish(c, m, m2, sums, n):
         i = cuda.grid(1)
+        step = cuda.gridsize(1)
         while i < n:
-            total = sums[0, i]
-            mu = sums[1, i] / total if total > zero else zero
-            d = m[i] - mu
-            m2[i] = m2[i] + c[i] * d * d
-            m[i] = mu
-            c[i] = total
-            i += cuda.gridsize(1)
+            j = i + step
+            two = j < n
+            a = (sums[0, i], sums[1, i], c[i], m[i], m2[i])
+            b = (sums[0, j], sums[1, j], c[j], m[j], m2[j]) if two else a
+            c[i], m[i], m2[i] = merged(a[0], a[1], a[2], a[3], a[4])
+            if two:
+                c[j], m[j], m2[j] = merged(b[0], b[1], b[2], b[3], b[4])
+            i += 2 * step
 
     return prepare, finish
 

@@ -696,7 +696,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         if a.shape != shape:
             raise ValueError("cufold: the arrays of a tuple value must have one shape; got %s and %s"
                              % (shape, a.shape))
-        if a.strides != like.strides:
+        # (a stride of a dimension of length 1 is never used: torch leaves such strides as they were)
+        if any(sa != sl for sa, sl, n in zip(a.strides, like.strides, shape) if n > 1):
             raise ValueError("cufold: the arrays of a tuple value must have one layout (strides); got %s and %s"
                              % (like.strides, a.strides))
     keep = [d for d in range(like.ndim) if d not in axes]
