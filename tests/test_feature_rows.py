@@ -3,9 +3,10 @@ reduce_by_key, against NumPy in float64: ``np.add.at`` / ``np.maximum.at`` on ro
 ``np.add.reduceat`` on rows (where a segment is empty NumPy gives the next row, cufold the
 identity or ``init``), sequential folds for operators NumPy lacks.
 
-In the simulator a warp's span is 8 rows (of one to 32 rows a step), so a few dozen rows
-cross many spans and the piece levels run; F of 1, 3, 32, 33 and 1024 cover sub-warp
-groups, one warp per row and several feature chunks. Outputs are poisoned when allocated.
+In the simulator a span is 8 rows (a group of P lanes owns one: ``32 / P`` spans a warp),
+so a few dozen rows cross many spans, groups and warps, and the piece levels run; F of 1,
+3, 16, 31, 32, 33 and 1024 cover one and several features a lane in sub-warp groups, one
+warp per row and several feature chunks. Outputs are poisoned when allocated.
 """
 
 import inspect
@@ -20,7 +21,7 @@ from conftest import SIMULATOR, poison_allocations, to_device, to_host
 import cufold
 
 INT_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
-FEATURES = (1, 3, 32, 33)
+FEATURES = (1, 3, 16, 32, 33)
 N = 90 if SIMULATOR else 20_000
 M = 11 if SIMULATOR else 3000
 
@@ -185,6 +186,87 @@ def test_bad_shapes():
     if "deterministic" in inspect.signature(cufold.segmented_reduce).parameters:
         with pytest.raises(ValueError, match="cufold: deterministic='gpu_to_gpu' takes 1-D values"):
             cufold.segmented_reduce(v2, to_device(np.array([0, 4])), deterministic="gpu_to_gpu")
+
+
+# --- spans of sub-warp groups (rows of fewer than 32 features) ----------------------------------
+
+SMALL_F = (3, 16, 31)
+#: 14 spans of 8 rows (simulator): the last warp of 16-lane or narrower groups holds groups
+#: past the last span, which must write nothing
+ODD_N = 107
+
+
+@pytest.mark.parametrize("F", SMALL_F)
+def test_into_long_sorted_runs(rng, F):
+    """Sorted keys whose runs cross steps, spans, groups and warps (each span's part of a
+    run is one update a feature): every operator kind of the atomic rows, the ordered rows
+    of deterministic=True and the CSR rows over the same runs, against NumPy in float64."""
+    m = 11
+    keys = np.sort(rng.choice([1, 4, 5, 9], size=ODD_N, p=[0.5, 0.1, 0.3, 0.1])).astype(np.int64)
+    values = rng.standard_normal((ODD_N, F)).astype(np.float32)
+    start = rng.standard_normal((m, F)).astype(np.float32)
+    for op, ufunc in ((cufold.plus, np.add), (cufold.maximum, np.maximum), (cufold.minimum, np.minimum)):
+        got = to_host(cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), op))
+        ref = add_at_rows(start, keys, values, ufunc)
+        if op is cufold.plus:
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+        else:
+            np.testing.assert_array_equal(got, ref.astype(np.float32))
+    ints = rng.integers(-1000, 1000, (ODD_N, F)).astype(np.int32)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(ints), to_device(np.zeros((m, F), np.int64)))
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, ints).astype(np.int64))
+    halves = rng.choice([0.5, 2.0], (ODD_N, F))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(halves), to_device(np.ones((m, F))), cufold.multiplies)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.ones((m, F)), keys, halves, np.multiply))
+    runs = [to_host(cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start),
+                                              deterministic=True)) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0].view(np.int32), runs[1].view(np.int32))
+    np.testing.assert_allclose(runs[0], add_at_rows(start, keys, values), rtol=1e-5, atol=1e-4)
+    off = np.searchsorted(keys, np.arange(m + 1)).astype(np.int64)
+    got = cufold.segmented_reduce(to_device(values), to_device(off))
+    np.testing.assert_allclose(to_host(got), reduceat_rows(values, off, np.add, 0.0), rtol=1e-5, atol=1e-4)
+    got = cufold.segmented_reduce(to_device(values), to_device(off), cufold.maximum)
+    np.testing.assert_array_equal(to_host(got), reduceat_rows(values, off, np.maximum, -np.inf))
+
+
+@pytest.mark.parametrize("F", [3, 16])
+def test_into_hot_keys_shuffled(rng, F):
+    """A few hot keys in random order (most of a window's rows: merged across the warp's
+    groups before one update), next to rare ones; operators with an identity, one without
+    (the groups' folds combine by who holds rows), integers, and a checked call."""
+    m = 40
+    hot = rng.choice(4, size=ODD_N, p=[0.55, 0.25, 0.1, 0.1])
+    keys = np.where(rng.random(ODD_N) < 0.8, hot, rng.integers(4, m, ODD_N)).astype(np.int32)
+    values = rng.standard_normal((ODD_N, F))
+    start = rng.standard_normal((m, F))
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start))
+    np.testing.assert_allclose(to_host(got), add_at_rows(start, keys, values), rtol=1e-12, atol=1e-12)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), cufold.maximum,
+                                    check=False)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(start, keys, values, np.maximum))
+    bigger = cufold.Op(lambda a, b: a if a > b else b, commutative=True, name="bigger")     # no identity
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), bigger)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(start, keys, values, np.maximum))
+    ints = rng.integers(-50, 50, (ODD_N, F)).astype(np.int64)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(ints), to_device(np.zeros((m, F), np.int64)))
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, ints).astype(np.int64))
+    bad = keys.copy()
+    bad[50] = m + 3
+    with pytest.raises(IndexError, match="key %d at position 50" % (m + 3)):
+        cufold.reduce_by_key_into(to_device(bad), to_device(values), to_device(start))
+
+
+@pytest.mark.parametrize("F", [3, 16])
+def test_segmented_many_segments(rng, F):
+    """More segments than rows, many empty, so that each group's search for its span's
+    first segment takes several rounds; an init in front of every segment."""
+    off = np.sort(rng.integers(0, ODD_N + 1, 150)).astype(np.int64)
+    off[0], off[-1] = 0, ODD_N
+    values = rng.standard_normal((ODD_N, F)).astype(np.float32)
+    got = cufold.segmented_reduce(to_device(values), to_device(off), init=1.5)
+    np.testing.assert_allclose(to_host(got), reduceat_rows(values, off, np.add, 0.0) + 1.5, rtol=1e-5, atol=1e-4)
+    got = cufold.segmented_reduce(to_device(values), to_device(off), cufold.minimum)
+    np.testing.assert_array_equal(to_host(got), reduceat_rows(values, off, np.minimum, np.inf))
 
 
 # --- segmented_reduce and reduce_by_key ------------------------------------------------------------

@@ -146,6 +146,7 @@ def blocks_per_sm(regs, smem, nt):
 def compile_one(name, fn, sig, nt, sass_dir=None):
     # MIN_BLOCKS=k: compile with launch bounds (nt, k), i.e. ask ptxas for k resident blocks.
     bounds = (nt, int(os.environ["MIN_BLOCKS"])) if os.environ.get("MIN_BLOCKS") else None
+    bounds = bounds or getattr(fn, "jit_options", {}).get("launch_bounds")     # the factory's own
     ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), launch_bounds=bounds)
     ptx = re.sub(r"^\.version .*$", ".version 9.0", ptx, count=1, flags=re.M)
     with tempfile.TemporaryDirectory() as tmp:

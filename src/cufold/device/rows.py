@@ -7,34 +7,37 @@ features, ``values`` of shape ``(n, F)``.
 ``reduce_by_key(keys, values)`` returns totals of shape ``(runs, F)``. Rows may be
 C-contiguous or strided (any row stride and feature stride: the kernels index flat memory).
 
-One kernel (``rows_kernel``) does all three. A warp owns a *span* of ``ROWS`` consecutive
-rows (``SPAN_ROWS``; 128 on a GPU) and one chunk of features (``blockIdx.y``):
+One kernel (``rows_kernel``) does all three. A *span* is ``SPAN_ROWS`` consecutive rows
+(128 on a GPU) of one chunk of features (``blockIdx.y``); a group of ``P`` lanes owns a
+span, a warp ``G = 32 / P`` spans side by side:
 
-- **lanes over features.** ``P`` lanes cover a row's features (``P``: the power of two
-  ``>= F``, at most 32); ``G = 32 / P`` consecutive rows are processed per step, one per
-  group of ``P`` lanes (for ``F > 32`` one row per step, 2 or 4 features a lane: a warp
-  covers up to 128 features, ``grid.y`` the chunks of them; for small ``F`` several rows
-  per warp). Every load of a step is a coalesced row range (streamed: ``ld.global.cs``);
-  ``UNROLL`` steps' loads are issued before the first is reduced.
-- **runs of equal keys.** Each row has an id (its key, or its CSR segment); a group starts
-  a run where its id differs from the previous row's. The step's runs are reduced by a
-  segmented ``shfl_up`` scan over the groups (steps ``P, 2P, ...``), and the run open at
-  the step's last group is carried into the next step, so a run costs **one update per
-  feature per span**, however many rows it has (sorted destinations: long runs).
+- **lanes over features.** ``P`` lanes cover a row, ``V`` features a lane (``f = l + j *
+  P``): ``P`` is the power of two ``>= F`` up to 8, 8 for 9-32 features (2-4 a lane: each
+  load of a row is a whole 32-byte sector, and the per-row work is shared by more
+  features), 32 above (a warp a row, up to 128 features, ``grid.y`` the chunks of them).
+  A group walks its span one row a step; ``U`` steps' loads are issued before the first
+  is reduced, values before (not after) the keys arrive, streamed (``ld.global.cs``).
+- **runs of equal keys.** Each row has an id (its key, or its CSR segment, from the
+  group's own walk over the offsets). A group carries the run open at its last row: a row
+  of the same id adds to it, a row of a new id flushes it and opens its own. No shuffles
+  per row and nothing shared between groups, so a run costs **one update per feature per
+  span**, however many rows it has (sorted destinations: long runs), for a few
+  instructions a row shared by the row's ``V`` features.
 - **where a run goes** (``mode``):
   ``atomic``: ``out[id, f] = op(out[id, f], run)`` atomically (the hardware atomic of
   ``plus``/``min``/``max`` on integers, ``plus`` on floats; a compare-and-swap loop
-  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. With one row a
-  step (``F >= 32``) the span goes in windows of 32 rows: a ``match_any`` over the
-  window's keys finds keys that repeat there but not next to each other (a power law's
-  hot keys in shuffled order); the warp folds each such key's rows and updates once, and
-  the runs skip them (``PEERS``);
+  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. The spans go in
+  windows of 32 rows a warp (``min(P, SPAN_ROWS)`` rows of each group's span, one key a
+  lane): a ``match_any`` over the window's keys finds keys that repeat there but not
+  next to each other in one span (a power law's hot keys in shuffled order); each group
+  folds its rows of such a key, the groups' folds combine across the warp (``shfl_xor``),
+  one group updates once, and the runs skip those rows (``PEERS``);
   ``ordered``: a run inside the span is final and written once, with a plain store; the
   span's first and last runs (which may continue in the neighbouring spans) become two
   *pieces* (id and a row of partial totals, the second the identity when the span is one
   run). The pieces, in order, are reduced again by the same kernel (ids are sorted), one
-  level per factor ``ROWS / 2``, until one span remains, which writes everything: every
-  id is written exactly once, the fold in input order (bitwise reproducible, any
+  level per factor ``SPAN_ROWS / 2``, until one span remains, which writes everything:
+  every id is written exactly once, the fold in input order (bitwise reproducible, any
   associative operator with an identity).
 
 Which runs when:
@@ -78,17 +81,28 @@ __all__ = ["SPAN_ROWS", "reduce_by_key_into", "rows_kernel", "segmented_reduce"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
-#: Rows per warp span (GPU; the simulator's spans are short so that tests cross many).
+#: Rows per span, the rows one group of ``P`` lanes owns (GPU; the simulator's spans are
+#: short so that tests cross many).
 SPAN_ROWS = 128
-#: Steps whose loads are issued together.
+#: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
+#: Steps whose loads are issued together for rows of < 32 features (``CUFOLD_ROWS_UNROLL``):
+#: each of the warp's ``32 / P`` groups has this many rows in flight.
+UNROLL_SMALL = int(os.environ.get("CUFOLD_ROWS_UNROLL", "4"))
 #: Warps per block.
 WARPS = 4
-#: ``atomic`` rows of 32+ features: merge the repeats of a key within 32 rows (``match_any``)
-#: before their updates (``CUFOLD_ROWS_PEERS=0``: runs only).
+#: Resident blocks per SM the rows kernels are compiled for (``launch_bounds``;
+#: ``CUFOLD_ROWS_MIN_BLOCKS``): 8 blocks of 4 warps, 64 registers.
+MIN_BLOCKS = int(os.environ.get("CUFOLD_ROWS_MIN_BLOCKS", "8"))
+#: ``atomic`` rows: merge the repeats of a key within a window of 32 rows (``match_any``;
+#: ``min(P, span)`` rows of each group's span) before their updates (``CUFOLD_ROWS_PEERS=0``:
+#: runs only).
 PEERS = os.environ.get("CUFOLD_ROWS_PEERS", "1") != "0"
+#: Lanes per row of 9 to 32 features (several features a lane): 8 lanes of 4-byte items
+#: read a whole 32-byte sector of a row together.
+SMALL_LANES = 8
 #: Lanes per row at least (a power of two; ``CUFOLD_ROWS_LANES``): 32 gives rows of few
-#: features one row a step too (idle lanes, no scan over groups, the peer merging).
+#: features a warp each (idle lanes, a span a warp).
 LANES_MIN = int(os.environ.get("CUFOLD_ROWS_LANES", "1"))
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
@@ -96,37 +110,49 @@ Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lane
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
-``lanes`` P; ``vec`` features per lane (``P = 32`` only); ``steps`` per span; ``check``:
+``lanes`` P; ``vec`` features per lane (``f = l + j * P``); ``steps``: rows per span; ``check``:
 record keys out of range; ``transform``: None or an ops.Transform of one ``in_dt`` item,
 applied to every value (each feature of a row alone) as it is loaded."""
 
 
 def lanes_for(F):
-    """Lanes per row: the power of two ``>= F`` (and ``>= LANES_MIN``), at most 32."""
+    """Lanes per row: the power of two ``>= F`` up to ``SMALL_LANES`` (rows of more
+    features up to 32: ``SMALL_LANES``, several features a lane; more than 32: 32), and
+    ``>= LANES_MIN``."""
     p = 1
-    while p < min(max(F, LANES_MIN), 32):
+    while p < min(max(F if F <= SMALL_LANES or F > 32 else SMALL_LANES, LANES_MIN), 32):
         p *= 2
     return p
 
 
-def shape_for(F):
-    """``(lanes, features per lane, steps, unroll)`` of rows of ``F`` features: a warp
-    covers up to 128 features of a row (4 a lane, ``P`` loads of a row in flight
-    together), so that the per-row work (the id, the run heads, the carry) is shared."""
+def shape_for(F, peers=False):
+    """``(lanes, features per lane, rows per span, unroll)`` of rows of ``F`` features. A
+    group of ``P`` lanes covers a row (``V`` features a lane, ``f = l + j * P``), the
+    warp's ``32 / P`` groups a span each: the per-row work (the id, the run test, the
+    flush) is a group's, shared by its ``V`` features, so fewer lanes a row are fewer
+    instructions a row; ``P >= 8`` keeps each load of a row whole 32-byte sectors. Rows of
+    more than 32 features: a warp a row, up to 128 features (``grid.y``: the chunks).
+    ``peers``: the atomic rows' windows (``min(P, span)`` rows of a group) are whole
+    unrolled chunks."""
     p = lanes_for(F)
-    vec = 1 if F <= 32 else min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
-    g = 32 // p
-    if SIMULATOR:
-        unroll = 2
-        steps = max(unroll, 8 // g)
+    if F <= 32:
+        vec = -(-F // p)
     else:
-        unroll = UNROLL if vec < 4 else 2
-        steps = max(unroll, SPAN_ROWS // g)
+        vec = min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
+    if SIMULATOR:
+        unroll, steps = 2, 8
+    else:
+        # sub-warp rows: U rows of each group's span in flight (U * 32 / P rows a warp)
+        unroll = (UNROLL if vec < 4 else 2) if p == 32 else max(2, UNROLL_SMALL * 2 // max(vec, 2))
+        steps = SPAN_ROWS
+    if peers:
+        unroll = min(unroll, p, steps)
     return p, vec, -(-steps // unroll) * unroll, unroll
 
 
 def span_rows(spec):
-    return spec.steps * (32 // spec.lanes)
+    """Rows of one span (one group of ``P`` lanes)."""
+    return spec.steps
 
 
 def chunk_features(spec):
@@ -147,23 +173,22 @@ def rows_kernel(spec):
     views, element ``(r, f)`` at ``r * rs + f * fs + off``; ``pk``, ``pv``: this level's
     pieces (``ordered``; ``2 * spans`` ids and rows of ``F`` accumulators); ``last``: one
     span, write everything; ``init``: the value of an empty segment and, with ``has_init``,
-    folded in front of every total (``fresh``). Lane ``l`` of a warp holds features
-    ``chunk * P * V + l % P + j * P`` (``j < V``) of row ``l // P`` of each step.
+    folded in front of every total (``fresh``). Group ``g = lane // P`` of warp ``w`` owns
+    span ``w * 32 / P + g``; its lane ``l`` holds features ``chunk * P * V + l % P + j * P``
+    (``j < V``) of the span's rows, one row a step.
     """
     from . import bykey            # the atomic updates and the bad-key record
     op = spec.op
     P, V = spec.lanes, spec.vec
     G = 32 // P
     S, U = spec.steps, spec.unroll
-    ROWS = S * G
     CHUNK = P * V
     UV = U * V
     acc_vt = ValueType.of(spec.acc_dt)
     ACC = spec.acc_dt.type
     OUT = spec.out_dt.type
     combine = op.combine(acc_vt)
-    up = acc_vt.shuffle("up")
-    bcast = acc_vt.shuffle("idx")
+    across = acc_vt.shuffle("xor")
     ident = op.identity_for(acc_vt)
     zero = acc_vt.make(ident if ident is not None else 0)
     atomic = spec.mode == "atomic"
@@ -173,13 +198,13 @@ def rows_kernel(spec):
     check = spec.check
     update = bykey._updater(op, spec.out_dt, bykey._atomic_mode(op, spec.out_dt), True) if atomic else None
     record = bykey._record
-    full = np.uint32(FULL_MASK)
-    # the first lane of every group: where run heads are read from the ballot
-    group_heads = np.uint32(sum(1 << (k * P) for k in range(G)))
-    # atomic rows of one row a step: windows of 32 rows whose equal keys that are not
-    # adjacent (a power law's hot keys in any order) are merged before their update
-    peers = atomic and G == 1 and PEERS
-    WIN = min(32, S) if peers else S
+    # the lanes of one group, as bits from the group's first lane on
+    group_lanes = np.uint32(FULL_MASK if P == 32 else (1 << P) - 1)
+    # atomic rows: windows of min(P, S) rows of each group's span (32 rows a warp, one key a
+    # lane) whose equal keys that are not adjacent in one span (a power law's hot keys in any
+    # order, or in several spans) are merged before their update
+    peers = atomic and PEERS and spec.source == "keys" and not gather
+    WIN = min(P, S) if peers else S
     assert S % WIN == 0 and WIN % U == 0
     find_peers = warp.peers(np.int64) if peers else None
 
@@ -206,10 +231,10 @@ def rows_kernel(spec):
         return min(max(np.int64(src[s]), np.int64(0)), n)
 
     @cuda.jit(device=True, inline="always")
-    def next_segment(src, s, s_start, s_end, m, n, g, f0, F, out, ors, ofs, ooff, init):
+    def next_segment(src, s, s_start, s_end, m, n, f0, F, out, ors, ofs, ooff, init):
         """Past CSR segment ``s`` (``fresh``: written ``init`` if empty): the next
         ``(s, s_start, s_end)``."""
-        if fresh and s_start == s_end and g == 0:
+        if fresh and s_start == s_end:
             for j in range(V):
                 if f0 + j * P < F:
                     out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
@@ -220,25 +245,27 @@ def rows_kernel(spec):
         return s, s_start, s_end
 
     @cuda.jit(device=True)
-    def first_segment(src, m, n, r0):
-        """The first segment whose end is ``>= r0`` (``m``: none): a 32-ary search, every
-        lane probing one point of the range per round."""
-        lane = cuda.laneid
+    def first_segment(src, m, n, r0, fl, my_bit):
+        """The first segment whose end is ``>= r0`` (``m``: none), for each group's own
+        ``r0``: a ``(P + 1)``-ary search, each of the group's lanes probing one point of
+        its range per round (the warp loops until every group is done)."""
         lo = np.int64(0)
         hi = m
-        while lo < hi:
+        while cuda.ballot_sync(FULL_MASK, lo < hi) != 0:
             width = hi - lo
-            q = max(lo + (width * (lane + 1)) // 32 - 1, lo)
-            hit = np.uint32(cuda.ballot_sync(FULL_MASK, seg_end(src, q, n) >= r0))
-            if hit == 0:
-                lo = hi
-            else:
-                first = cuda.ffs(hit) - 1
-                new_hi = cuda.shfl_sync(FULL_MASK, q, first)
-                below = cuda.shfl_sync(FULL_MASK, q, max(first - 1, 0)) + 1
-                if first > 0:
+            q = lo + (width * (fl + 1)) // (P + 1)          # lo <= q < hi where lo < hi
+            hit = np.uint32(cuda.ballot_sync(FULL_MASK, lo < hi and seg_end(src, q, n) >= r0))
+            hit = np.uint32(np.uint32(hit >> my_bit) & group_lanes)
+            first = cuda.ffs(hit) - 1                       # -1: no probe reached r0
+            at = cuda.shfl_sync(FULL_MASK, q, my_bit + max(first, 0))
+            below = cuda.shfl_sync(FULL_MASK, q, my_bit + (P - 1 if first < 0 else max(first - 1, 0))) + 1
+            if lo < hi:
+                if first < 0:
                     lo = below
-                hi = new_hi
+                else:
+                    if first > 0:
+                        lo = below
+                    hi = at
         return lo
 
     @cuda.jit(device=True)
@@ -266,21 +293,22 @@ def rows_kernel(spec):
              status, epoch, init, has_init):
         lane = cuda.laneid
         w = np.int64(cuda.blockIdx.x) * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
-        if w >= spans:
+        if w * G >= spans:
             return
-        g = lane // P
         fl = lane % P
-        f0 = np.int64(cuda.blockIdx.y) * CHUNK + fl
         my_bit = np.uint32(lane - fl)               # the first lane of this lane's group
-        first_group = np.int64(1 if g == 0 else 0)
-        r0 = w * ROWS
-        r1 = min(r0 + ROWS, n)
+        f0 = np.int64(cuda.blockIdx.y) * CHUNK + fl
+        span = w * G + lane // P
+        # spans = ceil(n / S): a group past the last span has no rows (r0 = r1 = n), and
+        # every group runs the same code (no branch on the lane before the collectives)
+        r0 = min(span * S, n)
+        r1 = min(r0 + S, n)
         ordered_last = (not atomic) and last
         s = np.int64(0)
         s_start = np.int64(0)
         s_end = np.int64(0)
         if csr:
-            s = first_segment(src, m, n, r0)
+            s = first_segment(src, m, n, r0, fl, my_bit)
             if s < m:
                 s_start = seg_start(src, s, n)
                 s_end = seg_end(src, s, n)
@@ -294,17 +322,20 @@ def rows_kernel(spec):
         rowix = cuda.local.array(U, np.int64)
         vs = cuda.local.array(UV, ACC)
         for w0 in range(0, S, WIN):
-            wb = r0 + np.int64(w0) * G
-            if wb >= r1:
-                break
+            wb = r0 + w0
             kid = np.int64(-1)
             scattered = np.uint32(0)
+            spread_lanes = np.uint32(0)
             mine = np.uint32(0)
             if peers:
-                # the window's keys, one a lane; scattered: rows of a key that repeats in the
-                # window but not next to itself (merged below, skipped by the runs)
-                kr = wb + lane
-                if lane < WIN and kr < r1:
+                # a warp-wide exit: the window's collectives need every lane
+                if cuda.ballot_sync(FULL_MASK, wb < r1) == 0:
+                    break
+                # the window's keys, one a lane (lane my_bit + t: row wb + t of its group's
+                # span); scattered: rows of a key that repeats in the window but not next
+                # to itself in one span (merged below, skipped by the runs)
+                kr = wb + fl
+                if fl < WIN and kr < r1:
                     k = np.int64(src[kr])
                     if k >= 0 and k < m:
                         kid = k
@@ -312,160 +343,149 @@ def rows_kernel(spec):
                         record(status, 0, epoch, kr)
                 mine = find_peers(kid)
                 low = np.uint32(mine >> np.uint32(cuda.ffs(mine) - 1))
-                spread = kid >= 0 and np.uint32(low & np.uint32(low + np.uint32(1))) != 0
-                scattered = np.uint32(cuda.ballot_sync(FULL_MASK, spread))
+                spread = kid >= 0 and cuda.popc(low) + cuda.clz(low) != 32      # not one block of lanes
+                spread_lanes = np.uint32(cuda.ballot_sync(FULL_MASK, spread))
+                scattered = np.uint32(spread_lanes >> my_bit)      # bit t: row wb + t of this span
+            elif wb >= r1:
+                break
+            # the runs of this group's rows, one row a step: no collectives below (a group
+            # leaves on its own), so no loop is duplicated per lane into diverged collectives
             for t0 in range(w0, w0 + WIN, U):
-                rb0 = r0 + np.int64(t0) * G
+                rb0 = r0 + t0
                 if rb0 >= r1:
                     break
-                # ids of U steps
+                # ids (and gathered rows) of U steps
                 for u in range(U):
-                    rb = rb0 + u * G
+                    q = rb0 + u
                     idv = np.int64(-1)
-                    q = rb + g
-                    if peers:
-                        t = t0 - w0 + u
-                        idv = cuda.shfl_sync(FULL_MASK, kid, t)
-                        if (scattered >> np.uint32(t)) & np.uint32(1) != 0:
-                            idv = np.int64(-1)
-                    elif csr:
-                        for gg in range(G):
-                            r = rb + gg
-                            if r < r1:
-                                while s < m and s_end <= r:
-                                    s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, g, f0, F,
-                                                                     out, ors, ofs, ooff, init)
-                                if gg == g and s < m and s_start <= r:
-                                    idv = s
-                    elif q < r1:
+                    if q < r1 and not csr:
                         k = np.int64(src[q])
                         if k >= 0 and k < m:
                             idv = k
-                        elif check and epoch > 0 and fl == 0 and cuda.blockIdx.y == 0:
+                        elif check and not peers and epoch > 0 and fl == 0 and cuda.blockIdx.y == 0:
                             record(status, 0, epoch, q)
+                        if peers and (scattered >> np.uint32(t0 - w0 + u)) & np.uint32(1) != 0:
+                            idv = np.int64(-1)
                         if gather:
                             q = np.int64(perm[q])
                     ids[u] = idv
-                    rowix[u] = q
-                # values of U steps
+                    if gather:
+                        rowix[u] = q
+                # values of U steps: issued before the ids arrive (a row of no id is read and
+                # dropped), except gathered rows (their index is loaded with the id) and the
+                # peers' scattered rows (known from the window)
                 for u in range(U):
-                    live = rb0 + u * G + g < r1 and ids[u] >= 0     # rows of no id are never read
+                    live = rb0 + u < r1
+                    if gather:
+                        live = live and ids[u] >= 0
+                    if peers:
+                        live = live and (scattered >> np.uint32(t0 - w0 + u)) & np.uint32(1) == 0
                     for j in range(V):
                         v = zero
                         f = f0 + j * P
                         if live and f < F:
-                            v = ACC(load_value(values, rowix[u] * vrs + f * vfs + voff))
+                            v = ACC(load_value(values, (rowix[u] if gather else rb0 + u) * vrs + f * vfs + voff))
                         vs[u * V + j] = v
-                # runs
+                # runs: a row of a new id ends the carried run (flushed) and opens its own
                 for u in range(U):
-                    rb = rb0 + u * G
-                    if rb < r1:
-                        idv = ids[u]
-                        for j in range(V):
-                            cur[j] = vs[u * V + j]
-                        if G == 1:
-                            prev = carry_id
+                    r = rb0 + u
+                    if r < r1:
+                        if csr:
+                            # the row's segment: the group's walk over the offsets
+                            while s < m and s_end <= r:
+                                s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, f0, F, out, ors,
+                                                                 ofs, ooff, init)
+                            idv = s if s < m and s_start <= r else np.int64(-1)
                         else:
-                            up_id = cuda.shfl_up_sync(FULL_MASK, idv, P)
-                            prev = up_id + (carry_id - up_id) * first_group     # carry_id for group 0
-                        hm = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, idv != prev)) & group_heads)
-                        if (hm & np.uint32(1)) != 0 and carry_id != -2 and g == 0:
-                            # the run carried from the last step ended there
-                            piece = np.int64(-1)
-                            if not atomic and not ordered_last and carry_start == r0:
-                                piece = 2 * w
-                            piece_id(pk, piece, carry_id, fl)
-                            for j in range(V):
-                                flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                                      init, has_init)
-                        upto = np.uint32(hm & (full >> (np.uint32(31) - my_bit)))
-                        from_carry = upto == 0
-                        start_lane = np.int64(31 - cuda.clz(np.uint32(upto | np.uint32(1))))
-                        if G > 1:
-                            dist = (np.int64(my_bit) - start_lane) // P
-                            d = 1
-                            while d < G:
-                                o = up(FULL_MASK, cur[0], d * P)
-                                if dist >= d:
-                                    cur[0] = combine(o, cur[0])
-                                d *= 2
-                        if from_carry and carry_id != -2:
-                            for j in range(V):
-                                cur[j] = combine(carry_v[j], cur[j])
-                        start = carry_start if from_carry else rb + start_lane // P
-                        if G > 1:
-                            if g < G - 1 and np.uint32(hm >> (my_bit + np.uint32(P))) & np.uint32(1) != 0:
-                                # the run ends at this group
+                            idv = ids[u]
+                        if idv != carry_id:
+                            if carry_id != -2:
                                 piece = np.int64(-1)
-                                if not atomic and not ordered_last and start == r0:
-                                    piece = 2 * w
-                                piece_id(pk, piece, idv, fl)
-                                flush(idv, cur[0], piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
-                            src_lane = (G - 1) * P + fl
-                            carry_v[0] = bcast(FULL_MASK, cur[0], src_lane)
-                            carry_id = cuda.shfl_sync(FULL_MASK, idv, src_lane)
-                            carry_start = cuda.shfl_sync(FULL_MASK, start, src_lane)
+                                if not atomic and not ordered_last and carry_start == r0:
+                                    piece = 2 * span        # the span's first run: it may go on before r0
+                                piece_id(pk, piece, carry_id, fl)
+                                for j in range(V):
+                                    flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
+                                          pv, init, has_init)
+                            carry_id = idv
+                            carry_start = r
+                            for j in range(V):
+                                carry_v[j] = vs[u * V + j]
                         else:
                             for j in range(V):
-                                carry_v[j] = cur[j]
-                            carry_id = idv
-                            carry_start = start
+                                carry_v[j] = combine(carry_v[j], vs[u * V + j])
             if peers:
-                # each scattered key of the window: its rows folded by the warp, one update
-                lead = np.uint32(cuda.ballot_sync(FULL_MASK, cuda.ffs(mine) - 1 == lane)) & scattered
+                # each scattered key of the window: every group folds its own rows of the
+                # key, the groups' folds are combined across the warp, and the group of the
+                # key's first lane updates once
+                lead = np.uint32(np.uint32(cuda.ballot_sync(FULL_MASK, cuda.ffs(mine) - 1 == lane)) & spread_lanes)
                 while lead != 0:
                     t = cuda.ffs(lead) - 1
                     lead = np.uint32(lead & np.uint32(lead - np.uint32(1)))
                     members = np.uint32(cuda.shfl_sync(FULL_MASK, np.int64(mine), t))
                     idv = cuda.shfl_sync(FULL_MASK, kid, t)
+                    own = np.uint32(np.uint32(members >> my_bit) & group_lanes)
                     for j in range(V):
                         cur[j] = zero
-                    have = False
-                    while members != 0:
-                        r = wb + (cuda.ffs(members) - 1)
-                        members = np.uint32(members & np.uint32(members - np.uint32(1)))
+                    have = np.int32(0)
+                    while own != 0:
+                        r = wb + (cuda.ffs(own) - 1)
+                        own = np.uint32(own & np.uint32(own - np.uint32(1)))
                         for j in range(V):
                             f = f0 + j * P
                             if f < F:
                                 x = ACC(load_value(values, r * vrs + f * vfs + voff))
-                                cur[j] = combine(cur[j], x) if have else x
-                        have = True
-                    for j in range(V):
-                        flush(idv, cur[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv, init,
-                              has_init)
+                                cur[j] = combine(cur[j], x) if have != 0 else x
+                        have = np.int32(1)
+                    d = P
+                    while d < 32:           # the groups' folds, across the warp
+                        theirs = cuda.shfl_xor_sync(FULL_MASK, have, d)
+                        for j in range(V):
+                            o = across(FULL_MASK, cur[j], d)
+                            if theirs != 0:
+                                cur[j] = combine(cur[j], o) if have != 0 else o
+                        have = have | theirs
+                        d *= 2
+                    if t // P == lane // P:     # the leader's group updates (t varies: no unswitching)
+                        for j in range(V):
+                            flush(idv, cur[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                                  init, has_init)
+        if not span < spans:                        # a group past the last span writes nothing
+            return
         if csr and r1 >= n:
             # the last span: the empty segments at the end
             while s < m:
-                s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, g, f0, F, out, ors, ofs, ooff,
-                                                 init)
+                s, s_start, s_end = next_segment(src, s, s_start, s_end, m, n, f0, F, out, ors, ofs, ooff, init)
         # the run open at the span's end
-        if g == 0:
-            if atomic or ordered_last:
-                if carry_id != -2:
-                    for j in range(V):
-                        flush(carry_id, carry_v[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                              init, has_init)
+        if atomic or ordered_last:
+            if carry_id != -2:
+                for j in range(V):
+                    flush(carry_id, carry_v[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                          init, has_init)
+        else:
+            first_piece = 2 * span
+            if carry_id == -2:                      # an empty span (no rows): two pieces of nothing
+                carry_id = np.int64(-1)
+                carry_start = r0
+                for j in range(V):
+                    carry_v[j] = zero
+            if carry_start == r0:                   # the span is one run: its second piece is nothing
+                piece_id(pk, first_piece, carry_id, fl)
+                piece_id(pk, first_piece + 1, carry_id, fl)
+                for j in range(V):
+                    flush(carry_id, carry_v[j], first_piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                          init, has_init)
+                    flush(carry_id, zero, first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                          init, has_init)
             else:
-                first_piece = 2 * w
-                if carry_id == -2:                  # an empty span (no rows): two pieces of nothing
-                    carry_id = np.int64(-1)
-                    carry_start = r0
-                    for j in range(V):
-                        carry_v[j] = zero
-                if carry_start == r0:               # the span is one run: its second piece is nothing
-                    piece_id(pk, first_piece, carry_id, fl)
-                    piece_id(pk, first_piece + 1, carry_id, fl)
-                    for j in range(V):
-                        flush(carry_id, carry_v[j], first_piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                              init, has_init)
-                        flush(carry_id, zero, first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                              init, has_init)
-                else:
-                    piece_id(pk, first_piece + 1, carry_id, fl)
-                    for j in range(V):
-                        flush(carry_id, carry_v[j], first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
-                              pv, init, has_init)
+                piece_id(pk, first_piece + 1, carry_id, fl)
+                for j in range(V):
+                    flush(carry_id, carry_v[j], first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
+                          pv, init, has_init)
 
+    # (WARPS * 32, MIN_BLOCKS): 64 registers, 32 warps an SM (ptxas would take up to 80 for
+    # four features a lane, 24 warps; tools/rows_ptx.py shows registers and spills)
+    rows.jit_options = {"launch_bounds": (WARPS * 32, MIN_BLOCKS)}
     return rows
 
 
@@ -505,6 +525,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
     swaps), level 0 and, ``ordered``, the piece levels (pieces from the workspace, from byte
     ``offset`` on)."""
     rows = span_rows(spec)
+    groups = 32 // spec.lanes                  # spans a warp
     chunks = max(1, -(-F // chunk_features(spec)))
     warps = 1 if SIMULATOR else WARPS
     spans = max(1, -(-n // rows))
@@ -528,7 +549,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
             bufs.append((ws.view(np.int64, (count,), offset), ws.view(acc, (count * F,), offset + _align(8 * count))))
             offset += pieces_of(count)
     pk, pv = bufs[0]
-    grid = (-(-spans // warps), chunks)
+    grid = (-(-spans // (groups * warps)), chunks)
     b.launch(rows_kernel(spec), ("rows", spec), grid, 32 * warps,
              (src, perm, vflat, vrs, vfs, voff, n64, m64, F64, oflat, bits, ors, ofs, ooff, pk, pv,
               np.int64(spans), np.bool_(spans == 1), status, epoch, init, np.bool_(has_init)))
@@ -542,7 +563,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
         src_k, src_v = bufs[level % 2]
         spans = -(-count // rows)
         pk, pv = bufs[(level + 1) % 2]
-        b.launch(rows_kernel(level_spec), ("rows", level_spec), (-(-spans // warps), chunks), 32 * warps,
+        b.launch(rows_kernel(level_spec), ("rows", level_spec), (-(-spans // (groups * warps)), chunks), 32 * warps,
                  (src_k, src_k, src_v, F64, np.int64(1), np.int64(0), np.int64(count), m64, F64, oflat, bits,
                   ors, ofs, ooff, pk, pv, np.int64(spans), np.bool_(spans == 1), status, np.int64(0), init,
                   np.bool_(has_init)))
@@ -617,7 +638,7 @@ def _plan_into(key, k, v, o, *epoch):
     status = st.kernel if check else bykey._quiet_status(device_id, handle)
     epoch = b.value(np.int64(0)) if check else np.int64(0)
     if n > 0 and F > 0:         # m == 0 too: every key is out of range (reported)
-        P, V, S, U = shape_for(F)
+        P, V, S, U = shape_for(F, peers=PEERS and not ordered)
         oflat = flat(os_)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
         zero = out_vt.make(op.identity_for(out_vt) if op.identity_for(out_vt) is not None else 0)
