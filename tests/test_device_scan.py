@@ -356,6 +356,79 @@ def test_tuple_values(case, algorithm, kind, rng, small_tiles):
     _check_tuple(case, tuple(t.reshape(1) for t in _host(total)), [whole])
 
 
+# out= with None for fields not wanted: those are never stored (one pattern per case: the
+# argmax's index only, the triple's middle field, the matrices' diagonal, the affine map's h).
+STORED = {"argmax": (False, True), "triple": (False, True, False), "matmul": (True, False, False, True),
+          "affine": (False, True)}
+
+
+@pytest.mark.parametrize("case,algorithm,kind", TUPLE_RUNS, ids=lambda v: str(v))
+def test_tuple_values_some_fields_stored(case, algorithm, kind, rng, small_tiles):
+    n = SMALL_MID
+    xs = case.gen(rng, n)
+    seq = _values(xs)
+    init = case.init if case.init is not None else case.op.identity_for(case.vt)
+    init = tuple(np.asarray(v).item() for v in init)
+    want = _ref_scan(case.ref, seq, kind == "inclusive", init)
+    stored = STORED[case.name]
+    outs = tuple(cuda.to_device(np.full(n, np.nan if dt.kind == "f" else 77, dt)) if kept else None
+                 for dt, kept in zip(case.vt.fields, stored))
+    kw = {"init": case.init} if kind == "exclusive" and case.init is not None else {}
+    got, total = _fn(kind)(_dev(xs), case.op, out=outs, algorithm=algorithm, total=True, **kw)
+    assert got is outs                               # returned as given, None in the same places
+    whole = _ref_scan(case.ref, seq, True)[-1]
+    _check_tuple(case, tuple(t.reshape(1) for t in _host(total)), [whole])       # totals: every field
+    for f, (o, dt) in enumerate(zip(outs, case.vt.fields)):
+        if o is None:
+            continue
+        w = np.array([v[f] if f in case.float_fields else _wrap(v[f], dt) for v in want], dtype=dt)
+        if f in case.float_fields:
+            np.testing.assert_allclose(o.copy_to_host(), w, rtol=1e-9, atol=1e-9)
+        else:
+            np.testing.assert_array_equal(o.copy_to_host(), w)
+
+
+def affine_h(a, b, reverse=False, h0=None):
+    """``h = a*h + b`` item by item in float64 (reversed: from the last item): inclusive,
+    ``h`` after each item from 0; with ``h0``, exclusive: ``h`` before each item from ``h0``."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    order = range(len(a) - 1, -1, -1) if reverse else range(len(a))
+    out, h = np.empty(len(a)), 0.0 if h0 is None else h0
+    for i in order:
+        if h0 is not None:
+            out[i] = h
+        h = a[i] * h + b[i]
+        if h0 is None:
+            out[i] = h
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ALGS)
+def test_affine_h_only(algorithm, rng, small_tiles):
+    """The issue's recurrence over a whole array: ``inclusive_scan((a, b), affine, out=(None, h))``
+    writes ``h`` only (float32 against a float64 loop), forwards and reversed, exclusive from an
+    init, with total=; in place over ``b`` it leaves ``a`` as it was."""
+    n = 300 if SIMULATOR else 1_000_003
+    a = rng.uniform(0.5, 1.0, n).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+    d = _dev((a, b))
+    for reverse in (False, True):
+        h = cuda.to_device(np.full(n, np.nan, np.float32))
+        got = scan.inclusive_scan(d, AFFINE, out=(None, h), reverse=reverse, algorithm=algorithm)
+        assert got[0] is None and got[1] is h
+        np.testing.assert_allclose(h.copy_to_host(), affine_h(a, b, reverse), rtol=1e-5, atol=1e-5)
+    h = cuda.to_device(np.full(n, np.nan, np.float32))
+    (_, h), (ta, th) = scan.exclusive_scan(d, AFFINE, init=(1.0, 0.5), out=[None, h], algorithm=algorithm,
+                                           total=True)
+    np.testing.assert_allclose(h.copy_to_host(), affine_h(a, b, h0=0.5), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(th.copy_to_host(), affine_h(a, b)[-1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ta.copy_to_host(), np.prod(a.astype(np.float64)), rtol=1e-4)
+    da, db = _dev((a, b))
+    scan.inclusive_scan((da, db), AFFINE, out=(None, db), algorithm=algorithm)       # in place
+    np.testing.assert_array_equal(da.copy_to_host(), a)
+    np.testing.assert_allclose(db.copy_to_host(), affine_h(a, b), rtol=1e-5, atol=1e-5)
+
+
 def test_exclusive_without_identity_needs_init():
     xs = _dev((np.ones(4, np.int64), np.zeros(4, np.int64)))
     with pytest.raises(ValueError, match="no identity"):
@@ -803,6 +876,19 @@ def test_errors():
     with pytest.raises(ValueError, match="tuple of 2 arrays"):
         scan.inclusive_scan(_dev((np.ones(3, np.int64), np.ones(3, np.int64))), AFFINE,
                             out=_dev(np.ones(3, np.int64)))
+    pair, one = _dev((np.ones(3, np.int64), np.ones(3, np.int64))), _dev(np.ones(3, np.int64))
+    with pytest.raises(ValueError, match="cufold: out= holds None for every field"):
+        scan.inclusive_scan(pair, AFFINE, out=(None, None))
+    with pytest.raises(ValueError, match=r"cufold: out= holds None, but the scan's result \(int32\) is not a tuple"):
+        scan.inclusive_scan(d, out=(None,))
+    with pytest.raises(ValueError, match=r"result \(int64\) is not a tuple"):       # zipped into a scalar
+        scan.cumsum(pair, out=(None, one), transform=lambda t: t[0] * t[1])
+    with pytest.raises(ValueError, match="cufold: out= needs a tuple of 2 entries .* it has 3"):
+        scan.inclusive_scan(pair, AFFINE, out=(None, one, one))
+    with pytest.raises(ValueError, match="cufold: out= needs a tuple of 2 entries .* it has 1"):
+        scan.inclusive_scan(pair, AFFINE, out=(None,))
+    with pytest.raises(TypeError, match="cufold: out= has dtype float32, the scan's result is int64"):
+        scan.inclusive_scan(pair, AFFINE, out=(None, _dev(np.ones(3, np.float32))))
 
 
 def test_algorithms_listed():

@@ -227,6 +227,121 @@ def test_reverse_flat_total(rng):
     assert int(to_host(total)) == int(x.sum())
 
 
+# --- out=(None, h): the fields not wanted are never stored ----------------------------------------
+
+def affine_h(a, b, axis, reverse, h0=None):
+    """``h`` of ``h = a*h + b`` along ``axis`` (None: of the flattened arrays) in float64, item
+    by item (reversed: from the last): inclusive, ``h`` after each item from 0; with ``h0``,
+    exclusive: ``h`` before each item from ``h0``."""
+    if axis is None:
+        a, b, axis = a.ravel(), b.ravel(), 0
+    a = np.moveaxis(np.asarray(a, np.float64), axis, -1)
+    b = np.moveaxis(np.asarray(b, np.float64), axis, -1)
+    order = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
+    out = np.empty(a.shape)
+    h = np.zeros(a.shape[:-1]) if h0 is None else np.full(a.shape[:-1], h0)
+    for i in order:
+        if h0 is not None:
+            out[..., i] = h
+        h = a[..., i] * h + b[..., i]
+        if h0 is None:
+            out[..., i] = h
+    return np.moveaxis(out, -1, axis)
+
+
+def _layout_kind(shape, strides, axis):
+    """The kernel the planner picks for a view into C-order outputs ('gather': first gathered)."""
+    if axis is None:
+        contiguous = strides == tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+        return "flat" if len(shape) == 1 or contiguous else "gather"
+    out = tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+    lay = scan_axis.plan_layout(shape, strides, out, axis, False)
+    return "gather" if lay is None else lay.kind
+
+
+# (offset, shape, strides) of both inputs over bases of 2400 items, the axis, the layout it takes
+H_ONLY_LAYOUTS = [
+    ((0, (20, 16), (16, 1)), 1, "segments"),
+    ((3, (6, 20), (80, 2)), 1, "lanes"),                  # strided rows
+    ((0, (3, 300), (300, 1)), 1, "tiles"),                # rows of 3 simulator tiles: look-backs
+    ((0, (40, 5), (5, 1)), 0, "columns"),
+    ((0, (300, 3), (3, 1)), 0, "columns"),                # few columns: chunks, a spine, downsweep
+    ((2399, (5, 33), (-40, -1)), 0, "columns"),           # a reversed view
+    ((0, (2, 3, 4, 5), (60, 1, 15, 3)), 2, "gather"),     # 4-D permuted: gathered, then scanned
+    ((0, (33, 7), (1, 33)), None, "gather"),              # axis=None of a transposed view
+    ((0, (1, 300), (300, 1)), 1, "flat"),
+    ((5, (300,), (2,)), None, "flat"),                    # 1-D, strided
+]
+
+
+@pytest.mark.parametrize("view,axis,kind", H_ONLY_LAYOUTS, ids=[k for _, _, k in H_ONLY_LAYOUTS])
+def test_affine_h_only_every_layout(rng, monkeypatch, view, axis, kind):
+    """``out=(None, h)`` (and ``(p, None)``) in every layout, inclusive and exclusive,
+    forwards and reversed, against a float64 loop; the Program allocates nothing but
+    where a view is gathered first (then both fields, internally)."""
+    from cufold.device import scan
+    from cufold.host import programs
+    offset, shape, strides = view
+    assert _layout_kind(shape, strides, axis) == kind
+    da, a = strided_view(rng.choice(np.array([-1, 1], np.float32), 2400), offset, shape, strides)
+    db, b = strided_view(rng.integers(-3, 4, 2400).astype(np.float32), offset, shape, strides)
+    made = []                                       # arrays the Programs allocate
+    real_output = programs.Builder.output
+    monkeypatch.setattr(programs.Builder, "output", lambda self, *args: made.append(args) or real_output(self, *args))
+    monkeypatch.setattr(scan, "_programs_of_scans", programs.Programs(scan._plan_key, "cufold.scan"))   # plan anew
+    out_shape = shape if axis is not None else (a.size,)
+    for kind_, reverse, h0 in (("inclusive", False, None), ("inclusive", True, None), ("exclusive", True, 0.5)):
+        h = cuda.to_device(np.full(out_shape, -7777.0, np.float32))
+        if kind_ == "inclusive":
+            got = cufold.inclusive_scan((da, db), AFFINE, axis=axis, reverse=reverse, out=(None, h))
+        else:
+            got = cufold.exclusive_scan((da, db), AFFINE, init=(1.0, h0), axis=axis, reverse=reverse, out=(None, h))
+        assert got[0] is None and got[1] is h
+        np.testing.assert_array_equal(to_host(h), affine_h(a, b, axis, reverse, h0),
+                                      err_msg="%s %s reverse=%s" % (kind, kind_, reverse))
+    p = cuda.to_device(np.full(out_shape, -7777.0, np.float32))              # the product of the a's only
+    assert cufold.inclusive_scan((da, db), AFFINE, axis=axis, out=(p, None))[0] is p
+    want = np.cumprod(a.ravel() if axis is None else a, axis=0 if axis is None else axis)
+    np.testing.assert_array_equal(to_host(p), want)
+    assert len(made) == (8 if kind == "gather" else 0)         # gathered: both fields, each of 4 Programs
+
+
+def test_affine_h_only_one_tile_rows_strided_out_in_place(rng, monkeypatch):
+    """Rows of one tile (the tiles kernel without look-backs), exclusive too; ``h`` a strided
+    view whose neighbours stay as they were; in place over ``b``, ``a`` untouched."""
+    monkeypatch.setenv("CUFOLD_TILE", "64x8")                      # 512 items a tile
+    a = rng.uniform(0.5, 1.0, (4, 300)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, (4, 300)).astype(np.float32)
+    d = to_device((a, b))
+    for reverse in (False, True):
+        poison = np.full((4, 600), -7777.0, np.float32)
+        buf = cuda.to_device(poison)
+        h = buf[:, ::2]
+        cufold.inclusive_scan(d, AFFINE, axis=1, reverse=reverse, out=(None, h))
+        np.testing.assert_allclose(to_host(buf)[:, ::2], affine_h(a, b, 1, reverse), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(to_host(buf)[:, 1::2], poison[:, 1::2])
+        h = cuda.to_device(np.full((4, 300), -7777.0, np.float32))
+        cufold.exclusive_scan(d, AFFINE, init=(2.0, 0.25), axis=-1, reverse=reverse, out=(None, h))
+        np.testing.assert_allclose(to_host(h), affine_h(a, b, 1, reverse, 0.25), rtol=1e-5, atol=1e-5)
+    da, db = to_device((a, b))
+    cufold.inclusive_scan((da, db), AFFINE, axis=1, out=(None, db))          # in place
+    np.testing.assert_array_equal(to_host(da), a)
+    np.testing.assert_allclose(to_host(db), affine_h(a, b, 1, False), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="GPU tile sizes: rows of one 2048-item tile, rows of many, 2^18 items")
+def test_gpu_affine_h_only_sizes(rng):
+    """``out=(None, h)`` where the library's tiles apply: the bench's rows of 2048 (one tile a
+    row), rows of many tiles (look-backs), and a 1-D scan, against float64 loops."""
+    for shape, axis in (((64, 2048), 1), ((3, 20_001), 1), (((1 << 18) + 3,), None)):
+        a = rng.uniform(0.5, 1.0, shape).astype(np.float32)
+        b = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        for reverse in (False, True):
+            h = cuda.to_device(np.full(shape, np.nan, np.float32))
+            cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=axis, reverse=reverse, out=(None, h))
+            np.testing.assert_allclose(to_host(h), affine_h(a, b, axis, reverse), rtol=1e-4, atol=1e-4)
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 def test_bad_axes_and_shapes():
@@ -262,13 +377,15 @@ def test_bench_scan_axes_targets_and_dry_run():
     rows = [{"kind": "cumsum", "shape": [4096, 4096], "axis": 0, "reverse": False, "plan": "columns",
              "floor_us": 30.0, "cufold": {"status": "ok", "gpu_us": 40.0}, "torch": {"status": "ok", "gpu_us": 80.0}},
             {"kind": "affine", "shape": [4096, 2048], "axis": 1, "reverse": False, "plan": "tiles",
-             "floor_us": 32.0, "cufold": {"status": "ok", "gpu_us": 45.0}, "triton": {"status": "ok", "gpu_us": 40.0},
+             "floor_us": 24.0, "floor_both_us": 32.0, "cufold": {"status": "ok", "gpu_us": 45.0},
+             "both": {"status": "ok", "gpu_us": 50.0}, "triton": {"status": "ok", "gpu_us": 40.0},
              "jax": {"status": "ok", "gpu_us": 277.0}}]
     res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": rows}
     res["targets_evaluated"] = B.evaluate(res)
     assert [t["status"] for t in res["targets_evaluated"]] == ["PASS", "MISS", "MISS", "PASS", "n/a", "n/a", "n/a"]
     text = B.format_results(res)
     assert "targets:" in text and "cumsum 4096x4096 axis=0" in text
+    assert "both fields written (16 B)" in text and "64% of their floor: h only takes 0.900x" in text
     out = io.StringIO()
     assert bench.main(["scan-axes", "--dry-run"], stdout=out) == 0
     assert out.getvalue().count("axis=") == 11 and "plan=columns" in out.getvalue()

@@ -179,6 +179,34 @@ def test_tuple_in_tuple_out_transform_against_float64(rng):
     np.testing.assert_allclose(gh, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("view,axis,kind", LAYOUTS, ids=[k for _, _, k in LAYOUTS])
+def test_affine_h_only_from_a_transform_every_layout(rng, view, axis, kind):
+    """``out=(None, h)`` with the transform fused into the loads: ``h`` of ``h = a*h + 2x``
+    (the pair a transform makes of the inputs), every layout, forwards and reversed."""
+    offset, shape, strides = view
+    assert _kind(shape, strides, axis) == kind
+    da, a = strided_view(rng.choice(np.array([-1.0, 1.0]), 2400), offset, shape, strides)
+    dx, x = strided_view(rng.integers(-3, 4, 2400).astype(np.float64), offset, shape, strides)
+    for reverse in (False, True):
+        h = cuda.to_device(np.full(shape, -7777.0))
+        got = cufold.inclusive_scan((da, dx), AFFINE, axis=axis, reverse=reverse, out=(None, h),
+                                    transform=lambda ab: (ab[0], ab[1] * 2))
+        assert got[0] is None and got[1] is h
+        np.testing.assert_array_equal(to_host(h), affine_loop(a, 2 * x, axis, reverse)[1],
+                                      err_msg="%s reverse=%s" % (kind, reverse))
+
+
+def test_affine_h_only_of_generated_coefficients(rng):
+    """A constant coefficient (no memory) and ``h`` only: ``h = 0.5 h + b``."""
+    b = rng.integers(-8, 8, 300).astype(np.float32)
+    h = cuda.to_device(np.full(300, -7777.0, np.float32))
+    for reverse in (False, True):
+        cufold.inclusive_scan((cufold.constant(300, 0.5, np.float32), to_device(b)), AFFINE, reverse=reverse,
+                              out=(None, h))
+        want = affine_loop(np.full(300, 0.5), b.astype(np.float64), 0, reverse)[1]
+        np.testing.assert_allclose(to_host(h), want, rtol=1e-5, atol=1e-5)       # float32 against float64
+
+
 # --- generated inputs -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("algorithm", ["single_pass", "reduce_then_scan", "single_block"])

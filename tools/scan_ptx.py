@@ -8,10 +8,13 @@ per SM that those allow (H100/H200: 64K registers, 228 KiB shared memory,
     CUFOLD_SCAN_VARIANT=wide,atomic PYTHONPATH=src python tools/scan_ptx.py
     PYTHONPATH=src python tools/scan_ptx.py --sass DIR int32:inclusive:single_pass
 
-A case is ``dtype[:kind[:algorithm[:NTxVT]]]`` (dtype: a NumPy name, scanned
+A case is ``dtype[:kind[:algorithm[:NTxVT]]][@RxL]`` (dtype: a NumPy name, scanned
 with plus; ``bool`` with logical_or; ``pair`` for an int64 affine-map tuple, ``pair32``
 for a float32 one;
-``mat8`` for 2x2 byte matrices in a uint32, non-commutative). ``--sass DIR`` also writes each
+``mat8`` for 2x2 byte matrices in a uint32, non-commutative). ``@RxL[,axis]``: a
+C-order (R, L) array scanned along ``axis`` (default: the last), through the axis
+planner (the kernel it picks: ``pair32@4096x2048`` is the batched affine recurrence,
+``pair32@2048x64,0`` columns; ``algorithm`` then applies to a single row only). ``--sass DIR`` also writes each
 kernel's PTX, cubin and SASS (``cuobjdump -sass``) to DIR. Like
 tools/ptx_check.py, it fakes the current device so that device functions
 compile for sm_90 on a machine with no GPU.
@@ -50,6 +53,7 @@ def _fake(nbytes):
 # No device memory: workspaces and look-back state are fake descriptors.
 S._launch.workspace = lambda dev, stream, nbytes: (0x100000, _fake(max(nbytes, 256)))
 S._launch.zeros = lambda dev, stream, nbytes: _fake(nbytes)
+S._launch.sm_count = lambda dev: 132          # an H100 (the axis kernels size their grids by it)
 
 launched = []
 L = importlib.import_module("cufold.host.launch")
@@ -74,8 +78,10 @@ def _capture(fn, key, args):
 L.kernel_for = _capture      # the one compile point of every launch
 
 
-def _arr(dtype, n):
-    return _arrays.Arr(0x200000, (n,), (1,), np.dtype(dtype), n, "numba", None, 0)
+def _arr(dtype, shape):
+    """A C-order array of ``shape`` at a fake address."""
+    strides = tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+    return _arrays.Arr(0x200000, shape, strides, np.dtype(dtype), int(np.prod(shape)), "numba", None, 0)
 
 
 AFFINE = cufold.Op(lambda a, b: (a[0] * b[0], a[1] * b[0] + b[1]), name="affine")
@@ -93,6 +99,11 @@ MAT8 = cufold.Op(_mat8, identity=np.uint32(0x01000001), name="mat8")
 
 def kernels(case):
     """[(name, python fn, numba signature, threads)] of one case."""
+    name = case
+    case, _, rows = case.partition("@")
+    rows, _, axis = rows.partition(",")
+    shape = tuple(int(d) for d in rows.split("x")) if rows else (1 << 26,)
+    axis = int(axis) if axis else (-1 if len(shape) > 1 else None)
     parts = case.split(":")
     dtype = parts[0]
     kind = parts[1] if len(parts) > 1 else "inclusive"
@@ -101,31 +112,27 @@ def kernels(case):
         os.environ["CUFOLD_TILE"] = parts[3]
     else:
         os.environ.pop("CUFOLD_TILE", None)
-    n = 1 << 26
     if dtype == "pair":
         op, vt = AFFINE, ValueType.of((np.int64, np.int64))
-        xs = (_arr(np.int64, n), _arr(np.int64, n))
     elif dtype == "pair32":
         op, vt = AFFINE, ValueType.of((np.float32, np.float32))
-        xs = (_arr(np.float32, n), _arr(np.float32, n))
     elif dtype == "mat8":
         op, vt = MAT8, ValueType.of(np.uint32)
-        xs = _arr(np.uint32, n)
     elif dtype == "bool":
         op, vt = cufold.logical_or, ValueType.of(np.bool_)
-        xs = _arr(np.bool_, n)
     else:       # "int32+": cumsum's dtypes (small integers sum as int64)
         op, vt = cufold.plus, ValueType.of(np.dtype(dtype.rstrip("+")))
-        xs = _arr(vt.dtype, n)
-    acc_vt, out_vt, _ = S._types_for(op, vt, None, dtype.endswith("+"))      # as the library
-    p = S.plan(op, vt, acc_vt, out_vt, n, kind, alg)
+    xs = tuple(_arr(f, shape) for f in vt.fields)
+    numpy_sum = dtype.endswith("+")
+    acc_vt = S._types_for(op, vt, None, numpy_sum)[0]
+    init = acc_vt.sample() if kind == "exclusive" else None
     del launched[:]
-    init = acc_vt.make(acc_vt.sample())
-    S.run(p, xs, xs, n, 0, 0, init, kind == "exclusive", None)
+    # as the library plans it (outputs allocated, the axis planner for 2-D shapes)
+    S._plan_scan(xs, (), vt.is_tuple, op, init, None, alg, False, kind, numpy_sum, 0, None, axis)
     out = []
     for fn, key, nt, args in launched:
         sig = tuple(L._nbtype(a) for a in args)
-        out.append(("%s/%s" % (case, getattr(fn, "__name__", "kernel")), fn, sig, nt))
+        out.append(("%s/%s" % (name, getattr(fn, "__name__", "kernel")), fn, sig, nt))
     return out
 
 

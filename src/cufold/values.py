@@ -151,6 +151,26 @@ class ValueType:
     def _field(self, var, i):
         return "%s[%d]" % (var, i) if self.is_tuple else var
 
+    def _arrays_in(self, var):
+        """``[(field, expression)]``: each field that has an array, and that array
+        in ``var``, a value's arrays (one array, or a tuple of them: ``_field``)."""
+        return [(i, self._field(var, i)) for i in range(self.arity)]
+
+    def _pack_arrays(self, exprs):
+        """One expression per field of :meth:`_arrays_in` as the type's arrays."""
+        return self._pack(exprs)
+
+    @property
+    def stored(self):
+        """Whether each field has an array (every one, but in an :class:`OutputType`)."""
+        return (True,) * self.arity
+
+    @property
+    def plain(self):
+        """The ValueType of this type's fields, every one of them an array (what an
+        :class:`InputType` or :class:`OutputType` holds as values)."""
+        return _intern(self.fields, self.is_tuple)
+
     @functools.cached_property
     def cast(self):
         """Device function: bring a value of compatible shape to this type."""
@@ -173,7 +193,7 @@ class ValueType:
     @functools.cached_property
     def store(self):
         """Device function ``(arrays, i, value)``."""
-        lines = ["    %s[u] = %s" % (self._field("a", i), self._field("v", i)) for i in range(self.arity)]
+        lines = ["    %s[u] = %s" % (a, self._field("v", i)) for i, a in self._arrays_in("a")]
         return _codegen.build("def store(a, i, v):\n    u = np.uint64(i)\n%s\n" % "\n".join(lines), "store")
 
     @functools.cached_property
@@ -255,3 +275,58 @@ class InputType(ValueType):
 
 
 _interned_inputs = {}
+
+
+class OutputType(ValueType):
+    """The value type of a result some of whose fields are not stored (a scan's
+    ``out=(None, h)``: the caller wants ``h`` only): ``stored[i]`` says whether
+    field ``i`` has an array. Its arrays are those of the stored fields only, a
+    tuple in field order (:meth:`_arrays_in`); :attr:`store` (and every store
+    generated through ``_arrays_in``) writes them and leaves the other fields out
+    of the code: no argument, no address, no store. Values are whole (every field:
+    what the operator returns); a result is never loaded back."""
+
+    def __init__(self, fields, stored):
+        super().__init__(fields, True)
+        self._stored = tuple(bool(s) for s in stored)
+
+    @property
+    def stored(self):
+        return self._stored
+
+    @staticmethod
+    def of(spec, stored):
+        """``ValueType.of(spec)`` where every field is stored, else the interned
+        OutputType (``spec``: a tuple type; at least one field stored)."""
+        vt = ValueType.of(spec)
+        stored = tuple(bool(s) for s in stored)
+        if not vt.is_tuple or len(stored) != vt.arity or not any(stored):
+            raise ValueError("cufold: an OutputType stores some fields of a tuple type; got %s of %s"
+                             % (stored, vt))
+        if all(stored):
+            return vt.plain
+        key = (vt.fields, stored)
+        got = _interned_outputs.get(key)
+        if got is None:
+            got = _interned_outputs[key] = OutputType(vt.fields, stored)
+        return got
+
+    def __repr__(self):
+        return "%s[%s]" % (ValueType.__repr__(self), ",".join("out" if s else "none" for s in self.stored))
+
+    def __reduce__(self):
+        return (OutputType.of, (tuple(self.fields), self.stored))
+
+    def _arrays_in(self, var):
+        kept = [i for i, s in enumerate(self.stored) if s]
+        return [(i, "%s[%d]" % (var, k)) for k, i in enumerate(kept)]
+
+    def _pack_arrays(self, exprs):
+        return "(" + ", ".join(exprs) + ",)"            # a tuple, however many are stored
+
+    @property
+    def load(self):
+        raise TypeError("cufold: %r is a result with fields not stored; it cannot be loaded" % self)
+
+
+_interned_outputs = {}

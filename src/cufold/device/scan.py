@@ -57,6 +57,15 @@ In place (``out=x``) works for every algorithm: a tile reads all its inputs
 before it writes any output, and no tile reads another tile's inputs after the
 upsweep.
 
+Fields not wanted: ``out=`` of a tuple result may hold None for fields the
+caller does not want (``out=(None, h)``: an affine recurrence's ``h`` without
+the running products). The kernels are made for a ``values.OutputType``, whose
+arrays are the stored fields' only and whose stores leave the others out of the
+code (no argument, no address, no store); everything before the store (the
+block scans, the look-back and its tile states, ``total=``) still carries the
+whole value. Views that are gathered before they are scanned gather every field
+into new arrays (not returned) and are scanned from there into ``out``.
+
 The single-pass scan's tile states live in a buffer per (device, stream),
 in one of two layouts (:func:`_tile_states`). An accumulator of at most 4
 bytes (one field) is *packed*: one ``uint64`` word per tile holds the status
@@ -85,7 +94,7 @@ from numba import config, cuda
 
 from .. import _codegen, block
 from ..ops import as_op, as_transform, maximum, minimum, multiplies, plus
-from ..values import InputType, ValueType
+from ..values import InputType, OutputType, ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs, types as _types
 from ..host.launch import Tile, fill
 from .reduce import tile_for as _reduce_tile_for
@@ -479,21 +488,25 @@ def _lane_io(vt, hints):
     ``stwb`` (PTX's defaults, the same as plain accesses; through the same
     path, because LLVM folds a plain access of a slice back into the whole
     array's indexing and spends a 64-bit address on each). Bool fields are
-    plain accesses."""
+    plain accesses. A result with fields not stored (``values.OutputType``) has
+    arrays for the others only: its view and store reach those (its load is None)."""
     ld, st = ("ldcs", "stcs") if hints == "stream" else ("ldca", "stwb")
     hinted = [f.kind in "iuf" for f in vt.fields]
     sources = getattr(vt, "sources", None)
     if sources is not None:        # generated fields (values.InputType): no memory, no slice
         return _generated_lane_io(vt, sources, ld, hinted)
+    arrays = vt._arrays_in("a")
     # Inlined: Numba returns no array from a device function that did not receive it.
     view = cuda.jit(device=True, inline="always")(_codegen.build(
-        "def view(a, start):\n    return %s\n" % vt._pack(
-            ["%s[start:]" % vt._field("a", i) for i in range(vt.arity)]), "view", device=False))
-    load = _codegen.build("def load(a, k):\n    return %s\n" % vt._pack(
-        ["cuda.%s(%s, k)" % (ld, vt._field("a", i)) if h else "%s[k]" % vt._field("a", i)
-         for i, h in enumerate(hinted)]), "load")
-    lines = ["    cuda.%s(%s, k, %s)" % (st, vt._field("a", i), vt._field("v", i)) if h else
-             "    %s[k] = %s" % (vt._field("a", i), vt._field("v", i)) for i, h in enumerate(hinted)]
+        "def view(a, start):\n    return %s\n" % vt._pack_arrays(["%s[start:]" % a for _, a in arrays]),
+        "view", device=False))
+    load = None
+    if not isinstance(vt, OutputType):
+        load = _codegen.build("def load(a, k):\n    return %s\n" % vt._pack(
+            ["cuda.%s(%s, k)" % (ld, vt._field("a", i)) if h else "%s[k]" % vt._field("a", i)
+             for i, h in enumerate(hinted)]), "load")
+    lines = ["    cuda.%s(%s, k, %s)" % (st, a, vt._field("v", i)) if hinted[i] else
+             "    %s[k] = %s" % (a, vt._field("v", i)) for i, a in arrays]
     store = _codegen.build("def store(a, k, v):\n%s\n" % "\n".join(lines), "store")
     return view, load, store
 
@@ -882,7 +895,7 @@ def _tile_scan(spec):
     block_reduce = block.reduce(op, acc_vt, nt, partial=True)
     first = _first(spec)
     combine, load = op.combine(acc_vt), acc_vt.load
-    store_out, to_out = out_vt.store, out_vt.cast
+    store_total, to_out = out_vt.plain.store, out_vt.cast       # the total: every field
 
     @cuda.jit(device=True)
     def tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total):
@@ -904,7 +917,7 @@ def _tile_scan(spec):
             scan(mine, mine, state, temp)
         if last and tid == 0:                    # the carry wrote stash[0] on this thread
             total = part if tile == 0 else combine(load(state[5], 0), part)
-            store_out(totals, 0, to_out(total))
+            store_total(totals, 0, to_out(total))
         store_tile(outs, n, base, tid, smem)
 
     return tile_scan, temp_items
@@ -1232,7 +1245,7 @@ def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
     key = ("scan", spec)
     want_total = totals is not None
     if totals is None:                           # never written (want_total is False)
-        totals, offset = _carve(ws, offset, out_vt, 1)
+        totals, offset = _carve(ws, offset, out_vt.plain, 1)
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
@@ -1289,17 +1302,37 @@ def _result_fields(in_vt, dtype, numpy_sum):
     return fields if in_vt.is_tuple else fields[0]
 
 
+def _written_type(out_vt, stored):
+    """The type of what a scan writes: ``out_vt``, or where ``out=`` holds None for
+    fields of a tuple result (``stored``: whether each entry is an array; None: all
+    are), the OutputType that leaves those fields out of the kernels."""
+    if stored is None:
+        return out_vt
+    if not out_vt.is_tuple:
+        raise ValueError("cufold: out= holds None, but the scan's result (%s) is not a tuple; None "
+                         "leaves out a field of a tuple result" % out_vt)
+    if len(stored) != out_vt.arity:
+        raise ValueError("cufold: out= needs a tuple of %d entries (an array, or None for a field not "
+                         "wanted) for a result of type %s; it has %d" % (out_vt.arity, out_vt, len(stored)))
+    if not any(stored):
+        raise ValueError("cufold: out= holds None for every field of the result; give an array for at "
+                         "least one (out=None allocates them all)")
+    return OutputType.of(out_vt, stored)
+
+
 def _scan_outputs(b, like, out_vt, given, shape):
-    """Arr(s) to write: new arrays of ``shape`` (outputs of the Program), or out= (checked)."""
+    """Arr(s) to write: new arrays of ``shape`` (outputs of the Program), or out= (checked;
+    for an OutputType, the stored fields' arrays only)."""
     if not given:
         arrs = [b.output(like, shape, f) for f in out_vt.fields]
     else:
-        if len(given) != out_vt.arity:
+        fields = [f for f, kept in zip(out_vt.fields, out_vt.stored) if kept]
+        if len(given) != len(fields):
             raise ValueError("cufold: out= needs %s for a result of type %s"
                              % ("a tuple of %d arrays" % out_vt.arity if out_vt.is_tuple
                                 else "one array", out_vt))
         arrs = list(given)
-        for a, f in zip(arrs, out_vt.fields):
+        for a, f in zip(arrs, fields):
             if a.shape != tuple(shape):
                 raise ValueError("cufold: out= must have the result's shape %s (%d elements); it has "
                                  "shape %s" % (tuple(shape), int(np.prod(shape)), a.shape))
@@ -1309,6 +1342,16 @@ def _scan_outputs(b, like, out_vt, given, shape):
                 raise ValueError("cufold: out= is on device %d, x on device %d"
                                  % (a.device_id, like.device_id))
     return tuple(arrs) if out_vt.is_tuple else arrs[0]
+
+
+def _gather_target(b, like, out_vt, outs, shape):
+    """``(arrays, value type)`` a view that is not scanned where it lies is gathered
+    into (C order): ``outs`` themselves, scanned in place; where the result has fields
+    not stored (an OutputType), new arrays of every field (not returned), scanned from
+    into ``outs``."""
+    if out_vt.plain is out_vt:
+        return outs, out_vt
+    return tuple(b.output(like, shape, f) for f in out_vt.fields), out_vt.plain
 
 
 _typed = {}
@@ -1335,17 +1378,21 @@ def _scan(x, op, init, dtype, out, stream, algorithm, total, kind, name, numpy_s
     """A scan call: describe the arrays, find (or plan) the Program of the call's signature, run it."""
     is_tuple = x.__class__ is tuple
     arrs = _arrays.describe_many(x) if is_tuple else (_arrays.describe(x),)
+    stored = None                                # out= leaves no field out
     if out is None:
         given = ()
     else:
         if out.__class__ is int:                 # cummax(x, 0): NumPy's positional axis
             _positional_axis(name, out)
-        given = tuple(_arrays.describe(o, "out") for o in (out if isinstance(out, (tuple, list)) else (out,)))
+        entries = out if isinstance(out, (tuple, list)) else (out,)
+        given = tuple(_arrays.describe(o, "out") for o in entries if o is not None)
+        if len(given) != len(entries):           # out=(None, h): the fields not wanted
+            stored = tuple(o is not None for o in entries)
     h = _arrays.stream_handle(arrs if is_tuple else arrs[0], stream)
     got = _programs_of_scans.run(
         (tuple(map(_programs.signature, arrs)), h, op, kind, numpy_sum, init, dtype, algorithm, total, is_tuple,
          tuple(map(_programs.signature, given)), stream is not None, knob("CUFOLD_TILE"),
-         knob("CUFOLD_SCAN_VARIANT"), axis, bool(reverse), transform), *arrs, *given)
+         knob("CUFOLD_SCAN_VARIANT"), axis, bool(reverse), transform, stored), *arrs, *given)
     if out is None:
         return got
     return (out, got) if total else out
@@ -1362,10 +1409,9 @@ def _plan_key(key, *arrays):
     if dtype.__class__ is int:                  # cumsum(x, 1): NumPy's positional axis
         raise TypeError("cufold: a scan's dtype cannot be %d; the axis goes by keyword only: cumsum(x, axis=%d)"
                         % (dtype, dtype))
-    axis, reverse = key[14:16]
+    axis, reverse, transform, stored = key[14:18]
     return _plan_scan(arrays[:len(sigs)], arrays[len(sigs):], is_tuple, op, init, dtype, algorithm, total, kind,
-                      numpy_sum, h, h if given_stream else None, axis, reverse,
-                      key[16] if len(key) > 16 else None)
+                      numpy_sum, h, h if given_stream else None, axis, reverse, transform, stored)
 
 
 def _scan_axis(axis, ndim):
@@ -1425,9 +1471,10 @@ def _fields(arrs):
 
 
 def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, numpy_sum, h, alloc_stream,
-               axis=None, reverse=False, transform=None):
+               axis=None, reverse=False, transform=None, stored=None):
     """The Program of a scan (see :func:`_scan`): checks, types, outputs, the plan's launches.
-    ``axis``/``reverse``: see :mod:`.scan_axis` (which kernel runs for which layout)."""
+    ``axis``/``reverse``: see :mod:`.scan_axis` (which kernel runs for which layout);
+    ``given``: out='s arrays, of the fields ``stored`` says (None: of every field)."""
     from . import scan_axis as _sa
     op = as_op(op)
     _check_algorithm(algorithm)
@@ -1438,6 +1485,7 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     transform = as_transform(transform)
     item_vt = ValueType.of(in_vt) if transform is None else transform.result_type(in_vt)
     acc_vt, out_vt, identity = _types_for(op, item_vt, dtype, numpy_sum)
+    out_vt = _written_type(out_vt, stored)
     if getattr(in_vt, "sources", None) is not None and reverse:
         _check_reversible(in_vt)
     has_init = False
@@ -1473,11 +1521,12 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
     src, src_vt, tf = (xs if is_tuple else xs[0]), in_vt, transform
     if n == 0:
         if total:
-            fill(b, out_vt, totals, 1, identity)
+            fill(b, out_vt.plain, totals, 1, identity)
     elif ax is None:                             # the whole array, in C order
         if not all(a.ndim <= 1 or a.c_contiguous for a in xs):
-            _sa.gather(b, in_vt, out_vt, src, outs, n, tf)       # then scanned in place
-            src, src_vt, tf = outs, out_vt, None
+            full, full_vt = _gather_target(b, like, out_vt, outs, (n,))
+            _sa.gather(b, in_vt, full_vt, src, full, n, tf)       # then scanned from there
+            src, src_vt, tf = full, full_vt, None
         src, dst = _flat(src), outs
         if reverse:
             src, dst = _reversed(src), _reversed(dst)
@@ -1493,10 +1542,11 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
         out_strides = out_strides.pop()
         if len({a.strides for a in xs}) == 1:
             lay = _sa.plan_layout(shape, xs[0].strides, out_strides, ax, reverse)
-        if lay is None:                          # batch dims that do not merge: gather, scan in place
-            _sa.gather(b, in_vt, out_vt, src, outs, n, tf)
-            src, src_vt, tf = outs, out_vt, None
-            lay = _sa.plan_layout(shape, out_strides, out_strides, ax, reverse)
+        if lay is None:                          # batch dims that do not merge: gather, scan from there
+            full, full_vt = _gather_target(b, like, out_vt, outs, shape)
+            _sa.gather(b, in_vt, full_vt, src, full, n, tf)
+            src, src_vt, tf = full, full_vt, None
+            lay = _sa.plan_layout(shape, _fields(full)[0].strides, out_strides, ax, reverse)
             if lay is None:
                 raise ValueError("cufold: cannot scan along axis %d of an out= with strides %s; "
                                  "pass a C-contiguous out=" % (ax, out_strides))
@@ -1513,8 +1563,8 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
                              views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var, tf)
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
-    if given:
-        return b.build(pack if total else None)
+    if given:                                    # the totals come first (then any gather target)
+        return b.build((lambda got: pack(got[:fields])) if total else None)
     if total:
         return b.build(lambda got: (pack(got[:fields]), pack(got[fields:])))
     return b.build(tuple if out_vt.is_tuple else None)
@@ -1551,7 +1601,14 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
     dtype : result dtype (a tuple for tuple values); default: ``x``'s own.
         float16 results accumulate in float32.
     out : device array(s) of the result's shape and dtype to write into;
-        may be ``x`` itself (in place).
+        may be ``x`` itself (in place). For a tuple result, ``None`` in place of
+        a field's array leaves that field out: it is never written (the kernels
+        are compiled without its stores) and needs no memory, so
+        ``out=(None, h)`` of the affine recurrence below writes ``h`` only (12
+        bytes an element of float32 where both fields take 16). At least one
+        field needs an array. (Unlike NumPy's ufuncs, where None in ``out`` asks
+        for a new array.) Every scan here takes it: exclusive, reversed, along
+        any axis, with ``transform=``; ``total=`` still returns every field.
     stream : the library's stream object or a raw ``CUstream`` handle.
     algorithm : one of ``cufold.algorithms("scan")`` for a scan of a single
         run (``axis=None``, a 1-D input, or one line); None chooses (one block
@@ -1569,8 +1626,9 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         inputs (``cufold.counting``, ``cufold.constant``: 1-D, so ``axis`` None,
         0 or -1; reversed too, except a floating-point ``counting``).
 
-    Returns the scanned array(s) in ``x``'s library, or ``(scanned, total)``;
-    the host is not synchronised.
+    Returns the scanned array(s) in ``x``'s library (``out`` itself where it is
+    given, None included: ``(None, h)``), or ``(scanned, total)``; the host is
+    not synchronised.
 
     Example::
 
@@ -1589,6 +1647,10 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         >>> cufold.inclusive_scan((a, b), affine, axis=-1, transform=lambda ab: (ab[0], ab[1] * 2))[1]
         array([[2. , 3. , 3.5],
                [2. , 3. , 3.5]])
+        >>> h = cupy.empty((2, 3))                     # h only: the products of a are never written
+        >>> cufold.inclusive_scan((a, b), affine, axis=-1, out=(None, h))
+        (None, array([[1.  , 1.5 , 1.75],
+               [1.  , 1.5 , 1.75]]))
         >>> cufold.cumsum(cufold.counting(4), reverse=True).copy_to_host()    # generated: no memory
         array([6, 6, 5, 3])
     """

@@ -69,6 +69,12 @@ its launches, with no host synchronisation.
 All kernels combine operands in sequence order (an associative operator is
 enough); exclusive scans start every row at ``init`` (or the identity).
 
+``out=(None, h)`` (fields of a tuple result not wanted): every kernel's output
+type is then a ``values.OutputType`` (``out_vt``), whose stores (``_access3``,
+``_row_view``, :func:`.scan._lane_io`) reach the stored fields' arrays only, so a
+field not wanted costs no argument, address or store in any layout; a gathered
+view goes to new arrays of every field first (:func:`.scan._gather_target`).
+
 ``transform=`` (a function of an item, or of a tuple input's tuple of items) is
 fused into every kernel's loads of the input (``scan._to_acc``): segments, lanes,
 tiles (the tile loads of :mod:`.scan`), both phases of columns (the spine scans
@@ -88,6 +94,7 @@ from .. import _codegen, block, warp
 from ..host import arrays as _arrays
 from ..host import launch as _launch
 from ..host.launch import Tile
+from ..values import OutputType
 
 __all__ = ["LANE_ROW", "Layout", "add_launches", "gather", "plan_layout"]
 
@@ -195,12 +202,16 @@ def flat_windows(arrs, side, lay):
 
 @functools.lru_cache(maxsize=None)
 def _access3(vt):
-    """``(load3(arrays, a, l, c), store3(arrays, a, l, c, value))`` on 3-D arrays."""
-    load = _codegen.build("def load3(x, a, l, c):\n    return %s\n" % vt._pack(
-        ["%s[np.uint64(a), np.uint64(l), np.uint64(c)]" % vt._field("x", i) for i in range(vt.arity)]),
-        "load3")
-    lines = ["    %s[np.uint64(a), np.uint64(l), np.uint64(c)] = %s" % (vt._field("x", i), vt._field("v", i))
-             for i in range(vt.arity)]
+    """``(load3(arrays, a, l, c), store3(arrays, a, l, c, value))`` on 3-D arrays (a
+    result with fields not stored, ``values.OutputType``: no load3, and store3 writes
+    the stored fields only)."""
+    load = None
+    if not isinstance(vt, OutputType):
+        load = _codegen.build("def load3(x, a, l, c):\n    return %s\n" % vt._pack(
+            ["%s[np.uint64(a), np.uint64(l), np.uint64(c)]" % vt._field("x", i) for i in range(vt.arity)]),
+            "load3")
+    lines = ["    %s[np.uint64(a), np.uint64(l), np.uint64(c)] = %s" % (x, vt._field("v", i))
+             for i, x in vt._arrays_in("x")]
     store = _codegen.build("def store3(x, a, l, c, v):\n%s\n" % "\n".join(lines), "store3")
     return load, store
 
@@ -221,8 +232,8 @@ def _row_view(vt, spelling="index"):
     (6 blocks) the other way round."""
     expr = "%s[a, :, c]" if spelling == "index" else "%s[a, :, c:][:, 0]"
     return cuda.jit(device=True, inline="always")(_codegen.build(
-        "def row(x, a, c):\n    return %s\n" % vt._pack(
-            [expr % vt._field("x", i) for i in range(vt.arity)]), "row", device=False))
+        "def row(x, a, c):\n    return %s\n" % vt._pack_arrays(
+            [expr % x for _, x in vt._arrays_in("x")]), "row", device=False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -654,7 +665,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         tile = row_tile(in_vt, acc_vt, lay.L)
         per_row = -(-lay.L // (tile.nt * tile.vt))
         tiles = rows * per_row
-        totals, offset = S._carve(ws, offset, out_vt, 1)          # never written
+        totals, offset = S._carve(ws, offset, out_vt.plain, 1)    # never written
         spelling = "index" if lay.inp[1][1] < 0 else "slice"       # (registers: _row_view)
         if per_row == 1:
             spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_block",
