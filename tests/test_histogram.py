@@ -402,3 +402,123 @@ def test_repeated_calls_one_launch_and_zeroed_first(rng, monkeypatch, once_max, 
         k = rng.integers(0, 50, N)
         np.testing.assert_array_equal(host(H.bincount(dev(k), minlength=64, algorithm=algorithm)),
                                       np.bincount(k, minlength=64))
+
+
+# --- generated inputs (cufold.counting, cufold.constant) for x and weights ---------------------------------
+
+import cufold  # noqa: E402
+
+# (generated input, the NumPy array it stands for)
+GEN_INTS = (
+    (lambda: cufold.counting(N, start=5, dtype=np.int32), lambda: np.arange(5, 5 + N, dtype=np.int32)),
+    (lambda: cufold.counting(N, dtype=np.uint16), lambda: np.arange(N, dtype=np.uint16)),
+    (lambda: cufold.constant(N, 7, dtype=np.uint8), lambda: np.full(N, 7, np.uint8)),
+)
+GEN_VALUES = (
+    (lambda: cufold.counting(N, start=-40, dtype=np.float32), lambda: np.arange(-40, N - 40, dtype=np.float32)),
+    (lambda: cufold.counting(N, start=3, dtype=np.int16), lambda: np.arange(3, N + 3, dtype=np.int16)),
+    (lambda: cufold.counting(N), lambda: np.arange(N)),
+    (lambda: cufold.constant(N, 2.5), lambda: np.full(N, 2.5)),
+)
+GEN_IDS = ("counting-f32", "counting-i16", "counting-i64", "constant-f64")
+
+
+def _close(got, want):
+    # NumPy sums float32 weights in float32 (by differences of a cumulative sum): loose.
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("algorithm", (None,) + ALGS)
+@pytest.mark.parametrize("gen", range(len(GEN_INTS)), ids=("counting-i32", "counting-u16", "constant-u8"))
+def test_bincount_generated(gen, algorithm, rng):
+    """bincount of a generated x (counting with a start and a dtype, constant), alone,
+    with stored weights and with generated weights; stored x with generated weights."""
+    make, ref = GEN_INTS[gen]
+    x = ref()
+    r = host(H.bincount(make(), algorithm=algorithm))
+    assert r.dtype == np.int64 and np.array_equal(r, np.bincount(x))
+    assert np.array_equal(host(H.bincount(make(), minlength=N + 50, algorithm=algorithm)),
+                          np.bincount(x, minlength=N + 50))
+    w = rng.random(N).astype(np.float32)
+    _close(host(H.bincount(make(), weights=dev(w), algorithm=algorithm)), np.bincount(x, weights=w))
+    _close(host(H.bincount(make(), weights=cufold.counting(N, start=-3, dtype=np.float32), algorithm=algorithm)),
+           np.bincount(x, weights=np.arange(-3, N - 3, dtype=np.float32)))
+    k = rng.integers(0, 40, N)
+    _close(host(H.bincount(dev(k), weights=cufold.constant(N, 0.5), algorithm=algorithm)),
+           np.bincount(k, weights=np.full(N, 0.5)))
+
+
+def test_bincount_generated_negative_and_bool():
+    with pytest.raises(ValueError, match="negative"):
+        H.bincount(cufold.counting(N, start=-1, dtype=np.int32))
+    assert np.array_equal(host(H.bincount(cufold.constant(N, True))), [0, N])
+    with pytest.raises(TypeError, match="integers"):
+        H.bincount(cufold.counting(N, dtype=np.float32))
+
+
+def _modes(ref_x):
+    """(bins, range, what NumPy takes as bins) of every histogram path: range=, the
+    data's range (the min/max pass), host edges (keyed, and uploaded per call past
+    KEYED_EDGES: see the test), a device edge array."""
+    lo, hi = float(np.min(ref_x)), float(np.max(ref_x))
+    edges = np.array([lo - 1, lo + 0.25 * (hi - lo), lo + 0.5 * (hi - lo) + 0.5, hi + 0.5, hi + 3])
+    return (("range", 13, (lo - 2, lo + 0.8 * (hi - lo) + 1), 13),    # some items out on both sides
+            ("data", 9, None, 9),
+            ("host-edges", edges, None, edges),
+            ("device-edges", dev(edges), None, edges))
+
+
+@pytest.mark.parametrize("algorithm", (None,) + ALGS)
+@pytest.mark.parametrize("gen", range(len(GEN_VALUES)), ids=GEN_IDS)
+def test_histogram_generated(gen, algorithm, rng, monkeypatch):
+    """histogram of a generated x in every range/edges mode, unweighted, with stored
+    and with generated weights; a stored x with generated weights."""
+    if SIMULATOR and algorithm is not None and gen not in (0, 3):
+        pytest.skip("simulator: every algorithm on counting float32 and constant")
+    monkeypatch.setattr(H, "KEYED_EDGES", 4)         # the 5 host edges: uploaded per call
+    make, ref = GEN_VALUES[gen]
+    x = ref()
+    w = rng.random(N).astype(np.float32)
+    ref_w = np.arange(2, N + 2, dtype=np.float64)
+    for name, bins, range_, ref_bins in _modes(x):
+        c, e = host(H.histogram(make(), bins, range_, algorithm=algorithm))
+        rc, re = np.histogram(x, ref_bins, range_)
+        assert np.array_equal(c, rc) and np.array_equal(e, re) and e.dtype == re.dtype, name
+        c, _ = host(H.histogram(make(), bins, range_, weights=dev(w), algorithm=algorithm))
+        _close(c, np.histogram(x, ref_bins, range_, weights=w)[0])
+        c, _ = host(H.histogram(make(), bins, range_, weights=cufold.counting(N, 2, dtype=np.float64),
+                                algorithm=algorithm))
+        _close(c, np.histogram(x, ref_bins, range_, weights=ref_w)[0])
+    y = rng.standard_normal(N)
+    for name, bins, range_, ref_bins in _modes(y):
+        c, _ = host(H.histogram(dev(y), bins, range_, weights=cufold.constant(N, 1.5, dtype=np.float32),
+                                algorithm=algorithm))
+        _close(c, np.histogram(y, ref_bins, range_, weights=np.full(N, 1.5, np.float32))[0])
+
+
+@pytest.mark.parametrize("once_max", (1 << 14, 8), ids=("one-launch", "zeroed-first"))
+@pytest.mark.parametrize("algorithm", ("shared", "global_match"))
+def test_generated_one_launch_and_zeroed_first(monkeypatch, once_max, algorithm):
+    """Generated x and weights through both launch paths (the zeroed-first one with
+    float32 weights also converts), called twice (the one-launch scratch left zero)."""
+    monkeypatch.setattr(H, "ONCE_MAX_BINS", once_max)
+    H._count_programs.clear()
+    x, w = np.arange(-10, N - 10, dtype=np.float32), np.full(N, 0.25, np.float32)
+    for _ in range(2):
+        c, e = host(H.histogram(cufold.counting(N, -10, np.float32), 64, (0, N / 2), algorithm=algorithm))
+        rc, re = np.histogram(x, 64, (0, N / 2))
+        assert np.array_equal(c, rc) and np.array_equal(e, re)
+        c, _ = host(H.histogram(cufold.counting(N, -10, np.float32), 64, (0, N / 2),
+                                weights=cufold.constant(N, 0.25, np.float32), algorithm=algorithm))
+        _close(c, np.histogram(x, 64, (0, N / 2), weights=w)[0])
+        assert np.array_equal(host(H.bincount(cufold.counting(N, 1, np.int32), algorithm=algorithm)),
+                              np.bincount(np.arange(1, N + 1)))
+    H._count_programs.clear()
+
+
+def test_generated_through_cufold():
+    """The brief's calls, through the package's names."""
+    c, e = host(cufold.histogram(cufold.counting(100), 10, range=(0, 100)))
+    assert np.array_equal(c, np.full(10, 10)) and np.array_equal(e, np.linspace(0, 100, 11))
+    assert np.array_equal(host(cufold.bincount(cufold.counting(100, dtype=np.int32))), np.ones(100, np.int64))

@@ -185,6 +185,16 @@ for mode, w in (("uniform", None), ("edges", f32), ("uniform", arr(np.float64, n
     for alg in H.ALGORITHMS:
         H._plan_counts(mode, f32, w, 64, edges, False, alg, 0, None)
 H._plan_counts("int", i32, None, 64, None, False, None, 0, None)
+# Generated x and weights (cufold.counting, cufold.constant): items computed from the index.
+gen_x, gen_w = _arrays.Generated("counting", n, -3, np.float32), _arrays.Generated("constant", n, 0.5, np.float32)
+for mode in ("uniform", "edges"):
+    for alg in H.ALGORITHMS:
+        H._plan_counts(mode, gen_x, gen_w, 64, edges, False, alg, 0, None)
+H._plan_counts("uniform", gen_x, None, 64, edges, False, "shared", 0, None)
+H._plan_counts("uniform", f32, gen_w, 64, edges, False, "global_match", 0, None)
+H._plan_counts("int", _arrays.Generated("counting", n, 1, np.int32), arr(np.float64, n), 64, None, False, None, 0,
+               None)
+H._plan_minmax(("histogram", None, None, 0, None), gen_x)
 print("%d family kernels compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))
 
 # reduce_by_key_into of tuple values: every path (field-wise warp/atomic with hardware and CAS

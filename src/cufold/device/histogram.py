@@ -56,6 +56,13 @@ on each call to a Program of their layout (the data's range: an edge cache
 keyed by the range read; longer host sequences, uploaded; device edge arrays,
 read by the kernels as they are).
 
+Generated inputs (``cufold.counting``, ``cufold.constant``) go for ``x`` and for the
+weights: the kernels take a load function (a stored array's ``x[i]``, or the input's
+:class:`cufold.values.InputType` load, computing the item from the index from the
+parameter the kernel gets in the array's place), and the min/max pass loads through
+the same InputType. Results take the library and device of the weights where ``x``
+is generated and they are stored (Numba's device arrays where all are generated).
+
 Synchronisations (NumPy's semantics need host values): ``bincount`` reads
 ``min(x)`` and ``max(x)`` (a one-launch Program, then a read of the two
 values: **one synchronisation**): the result length is ``max(x) + 1`` and negative
@@ -78,7 +85,7 @@ from numba import config, cuda
 
 from .. import warp
 from ..ops import minmax, plus
-from ..values import ValueType
+from ..values import InputType, ValueType
 from ..host import arrays as _arrays, dispatch as _dispatch, launch as _launch, programs as _programs
 from ..host import types as _types
 from . import reduce as _reduce
@@ -102,55 +109,97 @@ def _tile():
     return Tile(_BLOCK_THREADS, _ITEMS)
 
 
+# --- loading an item ----------------------------------------------------------------------------
+# load(x, i) -> item i of an input: x[i] for a stored array (the kernel's argument is the
+# array); for a generated input (cufold.counting, cufold.constant) the kernel's argument is
+# its parameter, and the item is computed from the index by its InputType's load.
+
+@cuda.jit(device=True)
+def _stored(x, i):
+    return x[i]
+
+
+def _loader(a):
+    """The load key of input ``a`` (an Arr, or a Generated one): ``None`` for a stored
+    array, else (source, dtype)."""
+    if a.__class__ is _arrays.Generated:
+        return (a.source, a.dtype)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _load(key):
+    """Device function ``load(x, i)`` for a load key of :func:`_loader`."""
+    if key is None:
+        return _stored          # the same x[i] as ever: the stored kernels' PTX is unchanged
+    source, dtype = key
+    return InputType.of(dtype, (source,)).load
+
+
 # --- bin of an item -----------------------------------------------------------------------------
 # bin_of(x, i, nbins, edges, lo, norm, e0, eN) -> bin in [0, nbins), or -1 to skip the item.
 
-@cuda.jit(device=True)
-def _bin_int(x, i, nbins, edges, lo, norm, e0, eN):
-    b = np.int64(x[i])
-    if b >= 0 and b < nbins:
+def _bin_int(load):
+    @cuda.jit(device=True)
+    def bin_int(x, i, nbins, edges, lo, norm, e0, eN):
+        b = np.int64(load(x, i))
+        if b >= 0 and b < nbins:
+            return b
+        return np.int64(-1)
+
+    return bin_int
+
+
+def _bin_uniform(load):
+    @cuda.jit(device=True)
+    def bin_uniform(x, i, nbins, edges, lo, norm, e0, eN):
+        # NumPy's equal-width bins: keep edges[0] <= v <= edges[-1] (NaN fails), guess
+        # the bin from the width, then NumPy's one-step correction against the edges.
+        v = np.float64(load(x, i))
+        if not (v >= e0 and v <= eN):
+            return np.int64(-1)
+        b = np.int64((v - lo) * norm)
+        if b > nbins - 1:
+            b = nbins - 1
+        if b < 0:
+            b = np.int64(0)
+        if v < np.float64(edges[b]):
+            b -= 1
+        if b != nbins - 1 and v >= np.float64(edges[b + 1]):
+            b += 1
         return b
-    return np.int64(-1)
+
+    return bin_uniform
 
 
-@cuda.jit(device=True)
-def _bin_uniform(x, i, nbins, edges, lo, norm, e0, eN):
-    # NumPy's equal-width bins: keep edges[0] <= v <= edges[-1] (NaN fails), guess
-    # the bin from the width, then NumPy's one-step correction against the edges.
-    v = np.float64(x[i])
-    if not (v >= e0 and v <= eN):
-        return np.int64(-1)
-    b = np.int64((v - lo) * norm)
-    if b > nbins - 1:
-        b = nbins - 1
-    if b < 0:
-        b = np.int64(0)
-    if v < np.float64(edges[b]):
-        b -= 1
-    if b != nbins - 1 and v >= np.float64(edges[b + 1]):
-        b += 1
-    return b
+def _bin_edges(load):
+    @cuda.jit(device=True)
+    def bin_edges(x, i, nbins, edges, lo, norm, e0, eN):
+        # An edge array: the last edge <= v (NumPy's searchsorted rule); v == edges[-1]
+        # goes to the last bin.
+        v = np.float64(load(x, i))
+        if not (v >= e0 and v <= eN):
+            return np.int64(-1)
+        a = np.int64(0)
+        b = nbins
+        while a < b:
+            mid = (a + b + 1) >> 1
+            if np.float64(edges[mid]) <= v:
+                a = mid
+            else:
+                b = mid - 1
+        return min(a, nbins - 1)
 
-
-@cuda.jit(device=True)
-def _bin_edges(x, i, nbins, edges, lo, norm, e0, eN):
-    # An edge array: the last edge <= v (NumPy's searchsorted rule); v == edges[-1]
-    # goes to the last bin.
-    v = np.float64(x[i])
-    if not (v >= e0 and v <= eN):
-        return np.int64(-1)
-    a = np.int64(0)
-    b = nbins
-    while a < b:
-        mid = (a + b + 1) >> 1
-        if np.float64(edges[mid]) <= v:
-            a = mid
-        else:
-            b = mid - 1
-    return min(a, nbins - 1)
+    return bin_edges
 
 
 _BIN_OF = {"int": _bin_int, "uniform": _bin_uniform, "edges": _bin_edges}
+
+
+@functools.lru_cache(maxsize=None)
+def _bin_of(mode, x_load):
+    """``bin_of`` of ``mode`` for items loaded as load key ``x_load``."""
+    return _BIN_OF[mode](_load(x_load))
 
 
 @cuda.jit(device=True)
@@ -158,9 +207,17 @@ def _one(w, i):
     return np.int32(1)
 
 
-@cuda.jit(device=True)
-def _weight(w, i):
-    return np.float64(w[i])
+@functools.lru_cache(maxsize=None)
+def _value_of(w_load):
+    """``value_of(w, i)``: the float64 weight of item ``i`` (weights loaded as load key
+    ``w_load``)."""
+    load = _load(w_load)
+
+    @cuda.jit(device=True)
+    def weight(w, i):
+        return np.float64(load(w, i))
+
+    return weight
 
 
 # --- adding an item to its bin --------------------------------------------------------------------
@@ -202,15 +259,16 @@ def _adder(weighted, match, counter_dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def _process(mode, weighted, match, counter_dtype, tile):
+def _process(mode, weighted, match, counter_dtype, tile, x_load=None, w_load=None):
     """``process(x, w, n, target, nbins, edges, lo, norm, e0, eN)``: this block's
     grid-stride share, ``VT`` striped items per thread per step (bins computed
     for all, then added). The loop is uniform over the block, so every lane of
-    every warp reaches the warp-wide match together."""
+    every warp reaches the warp-wide match together. ``x_load`` and ``w_load``
+    (:func:`_loader`'s keys) say how items and weights load: None for stored arrays."""
     nt, vt = tile
     chunk = nt * vt
-    bin_of = _BIN_OF[mode]
-    value_of = _weight if weighted else _one
+    bin_of = _bin_of(mode, x_load)
+    value_of = _value_of(w_load) if weighted else _one
     add = _adder(weighted, match, counter_dtype)
 
     @cuda.jit(device=True)
@@ -251,7 +309,7 @@ _LIMITS = {"int": _no_limits, "uniform": _edge_limits, "edges": _edge_limits}
 
 
 @functools.lru_cache(maxsize=None)
-def hist_kernel(mode, weighted, algorithm, tile, once, out_dtype):
+def hist_kernel(mode, weighted, algorithm, tile, once, out_dtype, x_load=None, w_load=None):
     """The Python kernel ``(x, w, n, target, done, out, nbins, edges, edges_out,
     nedges)``: adds the counts (``target`` int64) or weight sums (``target``
     float64) of ``x``'s items to ``target``. ``w`` is read only when weighted;
@@ -266,7 +324,11 @@ def hist_kernel(mode, weighted, algorithm, tile, once, out_dtype):
     share to ``target``, then takes a ticket; the last block (all others' adds
     visible through the fence before their tickets) moves ``target`` into ``out``
     (converted to ``out_dtype``), reading it at L2 and leaving it zero again,
-    copies ``edges[:nedges]`` to ``edges_out`` and resets ``done``."""
+    copies ``edges[:nedges]`` to ``edges_out`` and resets ``done``.
+
+    ``x_load`` and ``w_load`` (:func:`_loader`'s keys): how ``x``'s items and the
+    weights load; None, stored arrays (``x[i]``); else a generated input's (source,
+    dtype), whose argument is its parameter (:class:`cufold.values.InputType`'s load)."""
     nt = tile.nt
     match = algorithm.endswith("_match")
     acc_dt = np.float64 if weighted else np.int64
@@ -275,7 +337,7 @@ def hist_kernel(mode, weighted, algorithm, tile, once, out_dtype):
     limits = _LIMITS[mode]
     private_bins = algorithm.startswith("shared")
     smem_dt = np.float64 if weighted else np.int32
-    process = _process(mode, weighted, match, smem_dt if private_bins else acc_dt, tile)
+    process = _process(mode, weighted, match, smem_dt if private_bins else acc_dt, tile, x_load, w_load)
     # The simulator sizes dynamic shared arrays by dtype.itemsize: it needs a dtype instance.
     smem_type = np.dtype(smem_dt) if SIMULATOR else smem_dt
     zero = conv(0)
@@ -437,7 +499,7 @@ def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
     else:
         target = out
         if out.dtype != acc_dt:
-            target = b.output(x, (nbins,), acc_dt)     # weights add up in float64, then converted
+            target = b.output(_home(x, w), (nbins,), acc_dt)     # weights add up in float64, then converted
         _start(b, target, nbins, edges, edges if edges_out is None else edges_out, nedges)
         done = _dummy(b.device_id, b.stream).view(np.uint32, (1,), 0)
     tile = _tile()
@@ -451,8 +513,10 @@ def _count(b, mode, x, w, n, out, nbins, edges, algorithm, edges_out=None):
         grid = min(blocks, resident, max(sm_count(b.device_id), n // (4 * nbins)))
     else:
         grid = min(blocks, resident)
-    b.launch(hist_kernel(mode, weighted, algorithm, tile, once, out.dtype),
-             ("hist", mode, weighted, algorithm, tile, once, out.dtype), max(1, grid), tile.nt,
+    x_load, w_load = _loader(x), (_loader(w) if weighted else None)
+    loads = () if x_load is None and w_load is None else (x_load, w_load)    # stored: the keys as ever
+    b.launch(hist_kernel(mode, weighted, algorithm, tile, once, out.dtype, x_load, w_load),
+             ("hist", mode, weighted, algorithm, tile, once, out.dtype) + loads, max(1, grid), tile.nt,
              (x, w if weighted else x, np.int64(n), target, done, out, np.int64(nbins), edges,
               edges if edges_out is None else edges_out, np.int64(nedges)), shared=smem)
     if not once and target is not out:
@@ -465,18 +529,20 @@ def _plan_counts(mode, a, w, nbins, edges, edges_per_call, algorithm, handle, al
     ``edges_per_call`` the edges (laid out as ``edges``); else ``edges`` is the
     Program's own (bincount: None). Returns ``counts`` (bincount) or ``(counts,
     edges)``: new arrays of ``x``'s library, the edges copied on the device."""
-    b = _programs.Builder(a.device_id, handle, alloc_stream)
+    device_id = _device_of(a, w)
+    b = _programs.Builder(device_id, handle, alloc_stream)
     xs = b.input(a)
     ws = None if w is None else b.input(w)
     if edges_per_call:
         edges = b.input(edges)
+    home = _home(xs, ws)
     if mode == "int":
-        counts = b.output(xs, (nbins,), np.int64 if w is None else np.float64)
+        counts = b.output(home, (nbins,), np.int64 if w is None else np.float64)
         if nbins > 0:
-            _count(b, mode, xs, ws, a.size, counts, nbins, _dummy(a.device_id, handle), algorithm)
+            _count(b, mode, xs, ws, a.size, counts, nbins, _dummy(device_id, handle), algorithm)
         return b.build()
-    counts = b.output(xs, (nbins,), np.int64 if w is None else w.dtype)
-    edges_out = b.output(xs, (nbins + 1,), edges.dtype)           # each call's own
+    counts = b.output(home, (nbins,), np.int64 if w is None else w.dtype)
+    edges_out = b.output(home, (nbins + 1,), edges.dtype)           # each call's own
     _count(b, mode, xs, ws, a.size, counts, nbins, edges, algorithm, edges_out)
     return b.build(lambda got: (got[0], got[1]))
 
@@ -488,15 +554,16 @@ def _plan_minmax(key, a, w=None):
     kind, _, _, handle, alloc_stream = key
     _check_inputs(kind, a, w)
     acc = _types.accumulate(a.dtype)
-    in_vt, acc_vt, out_vt = ValueType.of(a.dtype), ValueType.of((acc, acc)), ValueType.of((a.dtype, a.dtype))
+    in_vt = InputType.of(a.dtype, (getattr(a, "source", "array"),))     # generated x: computed items
+    acc_vt, out_vt = ValueType.of((acc, acc)), ValueType.of((a.dtype, a.dtype))
     minmax.check(acc_vt)
-    b = _programs.Builder(a.device_id, handle, alloc_stream)
+    device_id = _device_of(a, w)
+    b = _programs.Builder(device_id, handle, alloc_stream)
     xs = b.input(a)
-    if w is not None:
-        b.input(w)
-    both = b.output(xs, (2,), a.dtype)
+    ws = None if w is None else b.input(w)
+    both = b.output(_home(xs, ws), (2,), a.dtype)
     outs = (both.view(a.dtype, (1,), 0), both.view(a.dtype, (1,), a.itemsize))
-    p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, a.device_id, None, lift="pair")
+    p = _reduce.plan(minmax, in_vt, acc_vt, out_vt, a.size, device_id, None, lift="pair")
     _reduce.run(b, p, xs, a.size, outs, None)
     return b.build(lambda got: _arrays.describe(got[0], "minmax"))
 
@@ -530,7 +597,21 @@ def _check_inputs(kind, a, w):
         raise ValueError("cufold: weights and x must be equally long; got %d and %d" % (w.size, a.size))
     if w.dtype.kind not in ("biuf" if kind == "bincount" else "iuf"):
         raise TypeError("cufold: weights of dtype %s are not supported" % w.dtype)
-    _arrays.same_device((a, w), "x and weights")
+    stored = tuple(v for v in (a, w) if v.library != "generated")
+    if stored:
+        _arrays.same_device(stored, "x and weights")
+
+
+def _home(x, w):
+    """Where results go: ``x`` (an Arr or a Program's placeholder), or the weights ``w``
+    where ``x`` is generated and they are not (their library and device)."""
+    return w if x.library == "generated" and w is not None and w.library != "generated" else x
+
+
+def _device_of(a, w):
+    """The device of a call of ``x`` ``a`` and weights ``w`` (None): its stored arrays'
+    (a generated input's is the current device)."""
+    return _home(a, w).device_id
 
 
 def _dummy(device_id, stream):
@@ -552,15 +633,16 @@ def _plan_count_key(key, *arrays):
         return _plan_counts("int", a, w, key[1], None, False, algorithm, handle, alloc_stream)
     if kind == "uniform":
         nbins, range_key, range = key[1:4]
-        _, edges = _cached_edges((nbins, range_key, a.dtype.str, a.device_id),
+        dev = _device_of(a, w)
+        _, edges = _cached_edges((nbins, range_key, a.dtype.str, dev),
                                  lambda: np.histogram_bin_edges(np.empty(0, a.dtype), bins=nbins, range=range),
-                                 a.device_id)
+                                 dev)
         return _plan_counts("uniform", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
     if kind == "given":
         edges = arrays[-1]
         return _plan_counts(key[1], a, w, edges.size - 1, edges, True, algorithm, handle, alloc_stream)
     dtype, shape, data, range = key[1:5]
-    edges = _upload(_numpy_edges(a, np.frombuffer(data, dtype).reshape(shape), range), a.device_id)
+    edges = _upload(_numpy_edges(a, np.frombuffer(data, dtype).reshape(shape), range), _device_of(a, w))
     return _plan_counts("edges", a, w, edges.size - 1, edges, False, algorithm, handle, alloc_stream)
 
 
@@ -573,9 +655,10 @@ def bincount(x, weights=None, minlength=0, *, stream=None, algorithm=None):
 
     Parameters
     ----------
-    x : 1-D CUDA array of integers (any width, signed or unsigned) or bools.
-    weights : optional CUDA array as long as ``x`` (any real dtype): the result
-        sums them per value (float64) instead of counting.
+    x : 1-D CUDA array of integers (any width, signed or unsigned) or bools, or a
+        generated input (``cufold.counting``, ``cufold.constant``).
+    weights : optional CUDA array (or generated input) as long as ``x`` (any real
+        dtype): the result sums them per value (float64) instead of counting.
     minlength : the result has at least this many bins.
     stream : the library's stream object or a raw ``CUstream`` handle.
     algorithm : one of ``ALGORITHMS`` (see the module doc); None chooses.
@@ -668,13 +751,14 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
 
     Parameters
     ----------
-    x : 1-D CUDA array of integers or floats (any width).
+    x : 1-D CUDA array of integers or floats (any width), or a generated input
+        (``cufold.counting``, ``cufold.constant``).
     bins : an int (that many equal-width bins over ``range``), or an array of
         monotonically increasing edges (a host sequence or a device array).
     range : ``(lower, upper)`` for equal-width bins; default ``(min(x),
         max(x))``. Values outside it, and NaN, are not counted; the last bin
         includes its upper edge.
-    weights : optional CUDA array as long as ``x``; the result sums them per
+    weights : optional CUDA array (or generated input) as long as ``x``; the result sums them per
         bin (accumulated in float64, returned in the weights' dtype, as NumPy).
     stream : the library's stream object or a raw ``CUstream`` handle.
     algorithm : one of ``ALGORITHMS`` (see the module doc); None chooses.
@@ -716,8 +800,9 @@ def histogram(x, bins=10, range=None, *, weights=None, stream=None, algorithm=No
             # NumPy's range is the data's: read it (the sync), then edges as for a range.
             lo, hi = _device_minmax("histogram", a, w, handle, alloc_stream)
             probe = np.array([lo, hi], a.dtype)
-            _, edges = _cached_edges((nbins, ("data", probe.tobytes()), a.dtype.str, a.device_id),
-                                     lambda: np.histogram_bin_edges(probe, bins=bins), a.device_id)
+            dev = _device_of(a, w)
+            _, edges = _cached_edges((nbins, ("data", probe.tobytes()), a.dtype.str, dev),
+                                     lambda: np.histogram_bin_edges(probe, bins=bins), dev)
             return _with_edges(a, w, "uniform", edges, inputs, sig, algorithm, handle, alloc_stream)
         range = (0, 1)                  # NumPy's range for no data
     else:
@@ -742,12 +827,12 @@ def _with_edge_array(a, w, bins, range, inputs, sig, algorithm, handle, alloc_st
     if given is not None:
         host = _readback.read_to_host(given, handle)    # the sync
         host_edges = _numpy_edges(a, host, range)
-        if given.device_id != a.device_id:
-            given = _upload(host_edges, a.device_id)
+        if given.device_id != _device_of(a, w):
+            given = _upload(host_edges, _device_of(a, w))
         return _with_edges(a, w, "edges", given, inputs, sig, algorithm, handle, alloc_stream)
     values = np.asarray(bins)
     if values.size > KEYED_EDGES:
-        return _with_edges(a, w, "edges", _upload(_numpy_edges(a, values, range), a.device_id), inputs, sig,
+        return _with_edges(a, w, "edges", _upload(_numpy_edges(a, values, range), _device_of(a, w)), inputs, sig,
                            algorithm, handle, alloc_stream)
     key = ("host", values.dtype.str, values.shape, values.tobytes(), None if range is None else tuple(range), sig)
     return _count_programs.run(key, *inputs)
