@@ -169,7 +169,9 @@ def main(argv=None):
         print(table({"us now": res}, features))
         print("(%.0f s)" % (time.time() - t0))
         return
-    settings = [("src=" + s, {"PYTHONPATH": s}) for s in args.src.split(",") if s]
+    # the tree first, then whatever the path held (a GPU machine's carried NumPy, say)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not p.rstrip("/").endswith("src")]
+    settings = [("src=" + s, {"PYTHONPATH": os.pathsep.join([s] + rest)}) for s in args.src.split(",") if s]
     settings += [(e, {e.split("=", 1)[0]: e.split("=", 1)[1]}) for e in args.env]
     if args.env and not args.src:
         settings.insert(0, ("default", {}))
