@@ -198,3 +198,17 @@ def host_waits(monkeypatch):
     device_array = type(cuda.to_device(np.zeros(1)))
     monkeypatch.setattr(device_array, "copy_to_host", counted(device_array.copy_to_host))
     return count
+
+
+# Views for scans along an axis, one per kernel the planner picks (tests/test_scan_*.py):
+# (offset, shape, strides) over a base of 2400 items, axis, the layout it must take
+SCAN_VIEW_LAYOUTS = [
+    ((0, (20, 16), (16, 1)), 1, "segments"),
+    ((3, (6, 20), (80, 2)), 1, "lanes"),                 # strided rows
+    ((0, (3, 300), (300, 1)), 1, "tiles"),               # rows of 3 simulator tiles: look-backs
+    ((0, (40, 5), (5, 1)), 0, "columns"),
+    ((0, (300, 3), (3, 1)), 0, "columns"),               # few columns: chunks, a spine, downsweep
+    ((2399, (5, 33), (-40, -1)), 0, "columns"),          # a reversed view
+    ((0, (2, 3, 4, 5), (60, 1, 15, 3)), 2, "gather"),    # 4-D permuted: gathered, then scanned
+    ((0, (1, 300), (300, 1)), 1, "flat"),
+]

@@ -339,20 +339,24 @@ TUPLE_RUNS = [(c, a, k) for c in TUPLE_CASES[2:] for a in ALGS for k in KINDS] +
     [(c, a, KINDS[(i + j) % 2]) for i, c in enumerate(TUPLE_CASES[:2]) for j, a in enumerate(ALGS)]
 
 
-@pytest.mark.parametrize("case,algorithm,kind", TUPLE_RUNS, ids=lambda v: str(v))
-def test_tuple_values(case, algorithm, kind, rng, small_tiles):
+def _tuple_run(case, kind, rng):
+    """(n, inputs, init, the float64 reference scan) of one tuple-valued case."""
     n = SMALL_MID
     xs = case.gen(rng, n)
-    seq = _values(xs)
     init = case.init if case.init is not None else case.op.identity_for(case.vt)
     init = tuple(np.asarray(v).item() for v in init)
-    want = _ref_scan(case.ref, seq, kind == "inclusive", init)
+    return n, xs, init, _ref_scan(case.ref, _values(xs), kind == "inclusive", init)
+
+
+@pytest.mark.parametrize("case,algorithm,kind", TUPLE_RUNS, ids=lambda v: str(v))
+def test_tuple_values(case, algorithm, kind, rng, small_tiles):
+    n, xs, init, want = _tuple_run(case, kind, rng)
     outs = tuple(cuda.to_device(np.full(n, np.nan if dt.kind == "f" else 77, dt))
                  for dt in case.vt.fields)
     kw = {"init": case.init} if kind == "exclusive" and case.init is not None else {}
     got, total = _fn(kind)(_dev(xs), case.op, out=outs, algorithm=algorithm, total=True, **kw)
     _check_tuple(case, _host(got), want)
-    whole = _ref_scan(case.ref, seq, True)[-1]
+    whole = _ref_scan(case.ref, _values(xs), True)[-1]
     _check_tuple(case, tuple(t.reshape(1) for t in _host(total)), [whole])
 
 
@@ -364,19 +368,14 @@ STORED = {"argmax": (False, True), "triple": (False, True, False), "matmul": (Tr
 
 @pytest.mark.parametrize("case,algorithm,kind", TUPLE_RUNS, ids=lambda v: str(v))
 def test_tuple_values_some_fields_stored(case, algorithm, kind, rng, small_tiles):
-    n = SMALL_MID
-    xs = case.gen(rng, n)
-    seq = _values(xs)
-    init = case.init if case.init is not None else case.op.identity_for(case.vt)
-    init = tuple(np.asarray(v).item() for v in init)
-    want = _ref_scan(case.ref, seq, kind == "inclusive", init)
+    n, xs, init, want = _tuple_run(case, kind, rng)
     stored = STORED[case.name]
     outs = tuple(cuda.to_device(np.full(n, np.nan if dt.kind == "f" else 77, dt)) if kept else None
                  for dt, kept in zip(case.vt.fields, stored))
     kw = {"init": case.init} if kind == "exclusive" and case.init is not None else {}
     got, total = _fn(kind)(_dev(xs), case.op, out=outs, algorithm=algorithm, total=True, **kw)
     assert got is outs                               # returned as given, None in the same places
-    whole = _ref_scan(case.ref, seq, True)[-1]
+    whole = _ref_scan(case.ref, _values(xs), True)[-1]
     _check_tuple(case, tuple(t.reshape(1) for t in _host(total)), [whole])       # totals: every field
     for f, (o, dt) in enumerate(zip(outs, case.vt.fields)):
         if o is None:

@@ -10,7 +10,7 @@ Outputs given with ``out=`` are poisoned first, so an element left unwritten fai
 
 import numpy as np
 import pytest
-from conftest import SIMULATOR, strided_view, to_device, to_host
+from conftest import SCAN_VIEW_LAYOUTS, SIMULATOR, strided_view, to_device, to_host
 from numba import cuda
 
 import cufold
@@ -259,19 +259,9 @@ def _layout_kind(shape, strides, axis):
     return "gather" if lay is None else lay.kind
 
 
-# (offset, shape, strides) of both inputs over bases of 2400 items, the axis, the layout it takes
-H_ONLY_LAYOUTS = [
-    ((0, (20, 16), (16, 1)), 1, "segments"),
-    ((3, (6, 20), (80, 2)), 1, "lanes"),                  # strided rows
-    ((0, (3, 300), (300, 1)), 1, "tiles"),                # rows of 3 simulator tiles: look-backs
-    ((0, (40, 5), (5, 1)), 0, "columns"),
-    ((0, (300, 3), (3, 1)), 0, "columns"),                # few columns: chunks, a spine, downsweep
-    ((2399, (5, 33), (-40, -1)), 0, "columns"),           # a reversed view
-    ((0, (2, 3, 4, 5), (60, 1, 15, 3)), 2, "gather"),     # 4-D permuted: gathered, then scanned
-    ((0, (33, 7), (1, 33)), None, "gather"),              # axis=None of a transposed view
-    ((0, (1, 300), (300, 1)), 1, "flat"),
-    ((5, (300,), (2,)), None, "flat"),                    # 1-D, strided
-]
+# (offset, shape, strides) of both inputs over bases of 2400 items, the axis, the layout it takes:
+# every kernel's view, and axis=None of a transposed and of a strided 1-D view
+H_ONLY_LAYOUTS = SCAN_VIEW_LAYOUTS + [((0, (33, 7), (1, 33)), None, "gather"), ((5, (300,), (2,)), None, "flat")]
 
 
 @pytest.mark.parametrize("view,axis,kind", H_ONLY_LAYOUTS, ids=[k for _, _, k in H_ONLY_LAYOUTS])

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import strided_view, to_device, to_host
+from conftest import SCAN_VIEW_LAYOUTS, strided_view, to_device, to_host
 from numba import cuda
 
 import cufold
@@ -44,17 +44,7 @@ def _kind(x_shape, strides, axis):
     return "gather" if lay is None else lay.kind
 
 
-# (offset, shape, strides) over a base of 2400 items, axis, the layout it must take
-LAYOUTS = [
-    ((0, (20, 16), (16, 1)), 1, "segments"),
-    ((3, (6, 20), (80, 2)), 1, "lanes"),                 # strided rows
-    ((0, (3, 300), (300, 1)), 1, "tiles"),               # rows of 3 simulator tiles: look-backs
-    ((0, (40, 5), (5, 1)), 0, "columns"),
-    ((0, (300, 3), (3, 1)), 0, "columns"),               # few columns: chunks, a spine, downsweep
-    ((2399, (5, 33), (-40, -1)), 0, "columns"),          # a reversed view
-    ((0, (2, 3, 4, 5), (60, 1, 15, 3)), 2, "gather"),    # 4-D permuted: gathered, then scanned
-    ((0, (1, 300), (300, 1)), 1, "flat"),
-]
+LAYOUTS = SCAN_VIEW_LAYOUTS
 
 
 @pytest.mark.parametrize("view,axis,kind", LAYOUTS, ids=[k for _, _, k in LAYOUTS])

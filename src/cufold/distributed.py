@@ -478,9 +478,9 @@ def _merge_kernels(dtype):
     """The elementwise halves of :func:`_welford_sums` for states of ``dtype``:
     ``prepare(c, m, m2, sums, n)`` writes ``sums = (c, c * m)``; ``finish`` reads the summed
     ``(C, C * mu)`` and leaves ``c = C``, ``m = mu`` and ``m2 = m2 + c * (m - mu)^2`` (to be
-    summed). Grid-stride, two items a step whose loads are all issued before any store (the
-    arrays may alias as far as the compiler knows); each thread touches its own items only, so
-    ``c``, ``m``, ``m2`` are updated in place."""
+    summed). Grid-stride; each thread touches its own items only, so ``c``, ``m``, ``m2`` are
+    updated in place. (Two items a step, every load before any store, measured the same:
+    1117 and 1158 us for 2^24 items on 2 x H200.)"""
     zero = np.dtype(dtype).type(0)
 
     @cuda.jit(device=True, inline=True)
@@ -491,32 +491,17 @@ def _merge_kernels(dtype):
 
     def prepare(c, m, m2, sums, n):
         i = cuda.grid(1)
-        step = cuda.gridsize(1)
         while i < n:
-            j = i + step
-            two = j < n
-            ci, mi = c[i], m[i]
-            cj = c[j] if two else zero
-            mj = m[j] if two else zero
+            ci = c[i]
             sums[0, i] = ci
-            sums[1, i] = ci * mi
-            if two:
-                sums[0, j] = cj
-                sums[1, j] = cj * mj
-            i += 2 * step
+            sums[1, i] = ci * m[i]
+            i += cuda.gridsize(1)
 
     def finish(c, m, m2, sums, n):
         i = cuda.grid(1)
-        step = cuda.gridsize(1)
         while i < n:
-            j = i + step
-            two = j < n
-            a = (sums[0, i], sums[1, i], c[i], m[i], m2[i])
-            b = (sums[0, j], sums[1, j], c[j], m[j], m2[j]) if two else a
-            c[i], m[i], m2[i] = merged(a[0], a[1], a[2], a[3], a[4])
-            if two:
-                c[j], m[j], m2[j] = merged(b[0], b[1], b[2], b[3], b[4])
-            i += 2 * step
+            c[i], m[i], m2[i] = merged(sums[0, i], sums[1, i], c[i], m[i], m2[i])
+            i += cuda.gridsize(1)
 
     return prepare, finish
 
