@@ -630,3 +630,38 @@ for k in list(compiled)[before:]:
         print("  ok   %s %s" % (k[0][0], str(k[0][1])[:160]))
 print("%d gpu_to_gpu-fused / rows / tuple-transform kernels compiled; all in %.1f s" % (len(compiled) - before,
                                                                                       time.time() - t0))
+
+# out=(None, h) (a scan's fields not wanted; values.OutputType): the store of the products
+# compiled out of every kernel that writes a result: the 1-D algorithms (a total too), segments,
+# lanes, tiles (one tile a row, look-backs in pair and wide states), columns (no chunks; chunks: only the
+# downsweep writes it), the gather of a 4-D permutation (into new arrays, then scanned into out),
+# a 3-field result storing its middle field, and a transform.
+before = len(compiled)
+H_ONLY = [  # (shape, strides, axis, kind, reverse, transform)
+    ((1 << 26,), (1,), None, "inclusive", False, None),                # 1-D single pass, pair states
+    ((4096, 2048), (2048, 1), 1, "inclusive", False, None),            # tiles, one a row
+    ((4096, 2048), (2048, 1), 1, "exclusive", True, None),
+    ((16, 1 << 20), (1 << 20, 1), 1, "exclusive", False, None),        # tiles, look-backs (pair states)
+    ((16, 1 << 20), (1 << 20, 1), 1, "inclusive", True, double_b),     # (a float64 h: wide states)
+    ((1 << 16, 20), (20, 1), 1, "exclusive", False, None),             # segments
+    ((1 << 16, 20), (64, 2), 1, "inclusive", True, None),              # lanes (rows apart)
+    ((2048, 64), (64, 1), 0, "inclusive", False, None),                # columns, chunks and a spine
+    ((64, 1 << 20), (1 << 20, 1), 0, "exclusive", False, None),        # columns, no chunks
+    ((8, 9, 10, 11), (990, 1, 99, 9), 2, "inclusive", False, None),    # gather 4-D, then scanned
+]
+for shape, strides, ax, kind, rev, tf in H_ONLY:
+    xs = (view(np.float32, shape, strides), view(np.float32, shape, strides))
+    h = view(np.float32 if tf is None else np.float64,            # double_b's ab[1] * 2: float64
+             shape if ax is not None else (int(np.prod(shape)),),
+             tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape))) if ax is not None else (1,))
+    S._plan_scan(xs, (h,), True, affine, None if kind == "inclusive" else (1.0, 0.0), None, None, ax is None, kind,
+                 False, 0, None, ax, rev, tf, stored=(False, True))
+for alg in S.ALGORITHMS:
+    S._plan_scan((f32, f32), (f32,), True, affine, None, None, alg, True, "inclusive", False, 0, None,
+                 stored=(False, True))
+triple = cufold.Op(lambda p, q: (p[0] + q[0], p[1] * q[1], max(p[2], q[2])), name="triple")
+S._plan_scan((i32, f32, i32), (f32,), True, triple, None, None, "single_pass", False, "inclusive", False, 0, None,
+             stored=(False, True, False))
+for key in sorted({_scan_key(k[0]) for k in list(compiled)[before:]}):
+    print("  ok   %s" % key[:150])
+print("%d scan kernels of fields not stored compiled; all in %.1f s" % (len(compiled) - before, time.time() - t0))

@@ -14,7 +14,9 @@ for a float32 one;
 ``mat8`` for 2x2 byte matrices in a uint32, non-commutative). ``@RxL[,axis]``: a
 C-order (R, L) array scanned along ``axis`` (default: the last), through the axis
 planner (the kernel it picks: ``pair32@4096x2048`` is the batched affine recurrence,
-``pair32@2048x64,0`` columns; ``algorithm`` then applies to a single row only). ``--sass DIR`` also writes each
+``pair32@2048x64,0`` columns; ``algorithm`` then applies to a single row only).
+``/h`` after a tuple dtype writes its last field only (``out=(None, h)``):
+``pair32/h@4096x2048``. ``--sass DIR`` also writes each
 kernel's PTX, cubin and SASS (``cuobjdump -sass``) to DIR. Like
 tools/ptx_check.py, it fakes the current device so that device functions
 compile for sm_90 on a machine with no GPU.
@@ -105,7 +107,7 @@ def kernels(case):
     shape = tuple(int(d) for d in rows.split("x")) if rows else (1 << 26,)
     axis = int(axis) if axis else (-1 if len(shape) > 1 else None)
     parts = case.split(":")
-    dtype = parts[0]
+    dtype, _, last_only = parts[0].partition("/")
     kind = parts[1] if len(parts) > 1 else "inclusive"
     alg = parts[2] if len(parts) > 2 else "single_pass"
     if len(parts) > 3:
@@ -124,11 +126,15 @@ def kernels(case):
         op, vt = cufold.plus, ValueType.of(np.dtype(dtype.rstrip("+")))
     xs = tuple(_arr(f, shape) for f in vt.fields)
     numpy_sum = dtype.endswith("+")
-    acc_vt = S._types_for(op, vt, None, numpy_sum)[0]
+    acc_vt, out_vt, _ = S._types_for(op, vt, None, numpy_sum)
     init = acc_vt.sample() if kind == "exclusive" else None
+    given, stored = (), None
+    if last_only:                                # out=(None, ..., h)
+        given, stored = (_arr(out_vt.fields[-1], shape),), (False,) * (vt.arity - 1) + (True,)
     del launched[:]
     # as the library plans it (outputs allocated, the axis planner for 2-D shapes)
-    S._plan_scan(xs, (), vt.is_tuple, op, init, None, alg, False, kind, numpy_sum, 0, None, axis)
+    S._plan_scan(xs, given, vt.is_tuple, op, init, None, alg, False, kind, numpy_sum, 0, None, axis,
+                 stored=stored)
     out = []
     for fn, key, nt, args in launched:
         sig = tuple(L._nbtype(a) for a in args)
