@@ -94,11 +94,7 @@ DEFAULT_CASES = ["into:plus:%d" % F for F in (3, 16, 31, 64, 256)] + \
 
 
 def main(argv):
-    sass_dir = None
-    if argv[:1] == ["--sass"]:
-        sass_dir = argv[1]
-        os.makedirs(sass_dir, exist_ok=True)
-        argv = argv[2:]
+    sass_dir, argv = scan_ptx.sass_option(argv)
     print("%-40s %5s %9s %9s  %s" % ("kernel", "regs", "spills", "warps/SM", "static SASS (with --sass)"))
     for case in argv or DEFAULT_CASES:
         for name, fn, sig, nt in kernels(case):

@@ -184,6 +184,14 @@ def compile_one(name, fn, sig, nt, sass_dir=None):
     return regs, smem, spills, blocks_per_sm(regs, smem, nt)
 
 
+def sass_option(argv):
+    """``(DIR or None, the other arguments)`` of a leading ``--sass DIR`` (the folder made)."""
+    if argv[:1] != ["--sass"]:
+        return None, argv
+    os.makedirs(argv[1], exist_ok=True)
+    return argv[1], argv[2:]
+
+
 DEFAULT_CASES = [
     "int32:inclusive:single_pass", "float32:inclusive:single_pass", "int32:exclusive:single_pass",
     "int8:inclusive:single_pass", "float64:inclusive:single_pass", "pair:inclusive:single_pass",
@@ -192,11 +200,7 @@ DEFAULT_CASES = [
 
 
 def main(argv):
-    sass_dir = None
-    if argv[:1] == ["--sass"]:
-        sass_dir = argv[1]
-        os.makedirs(sass_dir, exist_ok=True)
-        argv = argv[2:]
+    sass_dir, argv = sass_option(argv)
     variant = os.environ.get("CUFOLD_SCAN_VARIANT", "")
     print("variant: %r" % (variant or "default"))
     print("%-58s %5s %6s %9s %7s %s" % ("kernel", "regs", "smem", "spills", "blk/SM", "thr x blk"))
