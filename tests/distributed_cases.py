@@ -419,6 +419,10 @@ def case_errors_everywhere(c):
     bad_keys = np.arange(6) + (20 if c.rank == c.world - 1 else 0)
     raises_everywhere(lambda: cd.reduce_by_key_into(c.t(bad_keys), c.t(np.ones(6, np.float32)),
                                                     c.t(np.zeros(8, np.float32))), ValueError, "outside the table")
+    last = c.rank == c.world - 1                # shard=True exchanges sizes: its errors reach every rank too
+    raises_everywhere(lambda: cd.reduce_by_key_into(c.t(np.arange(6)), c.t(np.ones(6 + last, np.float32)),
+                                                    c.t(np.zeros(8, np.float32)), shard=True, check=False),
+                      ValueError, "differ in length" if last else "failed on rank %d" % (c.world - 1))
     no_identity = cufold.Op(lambda a, b: a + b)
     empty = np.ones(0 if c.rank == 0 else 3)
     raises_everywhere(lambda: cd.reduce(c.t(empty), no_identity), ValueError,

@@ -69,6 +69,7 @@ Example (one process per GPU, ``torchrun --nproc-per-node 2 script.py``)::
 """
 
 import builtins as _builtins
+import contextlib
 import functools
 import zlib
 
@@ -228,6 +229,19 @@ class _Call:
         self.vector[_ERROR] = 1
 
 
+@contextlib.contextmanager
+def _local_errors(call):
+    """A rank's errors in its own arguments: raised at once where no exchange follows (``call``
+    None: nothing for the other ranks to wait on), else held for :func:`_agree`, which raises
+    on every rank."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        if call is None:
+            raise
+        call.fail(exc)
+
+
 def _agree(call, group, device):
     """Exchange ``call``'s description; raise the same error on every rank where any rank's
     differs or failed. Returns the (W, _SLOTS) table of every rank's description.
@@ -330,8 +344,8 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
     ts, is_tuple = _fields(x, "x")
     outs = ts if out is None else _fields(out, "out")[0]
     call = _Call("all_reduce", op, ts, sharded=False, extra=(ALGORITHMS.index(algorithm) + 1
-                                                              if algorithm in ALGORITHMS else 0,))
-    try:
+                                                              if algorithm in ALGORITHMS else 0,)) if check else None
+    with _local_errors(call):
         _check_fields(ts, "x")
         if len(outs) != len(ts) or any(o.shape != t.shape or o.dtype != t.dtype for o, t in zip(outs, ts)):
             raise ValueError("cufold: out must match x field by field (shape and dtype)")
@@ -346,10 +360,6 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
         if algorithm == "sums" and not _welford_sums_apply(op, ts):
             raise ValueError("cufold: algorithm 'sums' merges Welford states (cufold.welford) of floating "
                              "fields of one dtype")
-    except (TypeError, ValueError) as exc:
-        if not check:
-            raise
-        call.fail(exc)
     if check:
         _agree(call, group, ts[0].device)
     _all_reduce(ts, op, outs, group, algorithm)
@@ -552,9 +562,10 @@ def _prepare_shard(fn, op, x, axis, group, check, extra=(), empty_needs_identity
     in its own arguments are raised on every rank (with ``check``), before any collective
     that they would leave waiting."""
     ts, is_tuple = _fields(x, "x")
-    call = _Call(fn, op, ts, sharded=True, extra=(-2 if axis is None else hash(axis) & 0xFFFF,) + tuple(extra))
+    call = _Call(fn, op, ts, sharded=True, extra=(-2 if axis is None else hash(axis) & 0xFFFF,) + tuple(extra)) \
+        if check else None
     axes = None
-    try:
+    with _local_errors(call):
         _check_fields(ts, "x")
         if ts[0].dim() == 0:
             raise ValueError("cufold: distributed.%s takes shards along axis 0: arrays of 1 or more "
@@ -563,10 +574,6 @@ def _prepare_shard(fn, op, x, axis, group, check, extra=(), empty_needs_identity
         if empty_needs_identity and ts[0].shape[0] == 0 and op.identity_for(_value_type(ts)) is None:
             raise ValueError("cufold: this rank's shard is empty and operator %s has no identity to stand for it"
                              % op.name)
-    except (TypeError, ValueError) as exc:
-        if not check:
-            raise
-        call.fail(exc)
     rows = _agree(call, group, ts[0].device) if check else None
     return ts, is_tuple, axes, rows
 
@@ -848,13 +855,16 @@ def reduce_by_key_into(keys, values, out, op=plus, *, group=None, shard=False, c
     vs, v_tuple = _fields(values, "values")
     outs, o_tuple = _fields(out, "out")
     w, rank = _group_info(group)
-    call = _Call("reduce_by_key_into", op, (k,) + vs, sharded=True,
-                 extra=(bool(shard), len(outs), -1, outs[0].shape[1] if outs[0].dim() == 2 else 0))
-    if not shard:                                  # a replicated table has one length
-        call.vector[_EXTRA + 2] = outs[0].shape[0] if outs[0].dim() else -1
-    call.vector[_ROWS] = outs[0].shape[0] if outs[0].dim() else 0
+    call = None
+    if check or shard:                             # shard: the sizes of the ranges are exchanged anyway
+        call = _Call("reduce_by_key_into", op, (k,) + vs, sharded=True,
+                     extra=(bool(shard), len(outs), -1, outs[0].shape[1] if outs[0].dim() == 2 else 0))
+        if not shard:                              # a replicated table has one length
+            call.vector[_EXTRA + 2] = outs[0].shape[0] if outs[0].dim() else -1
+        call.vector[_ROWS] = outs[0].shape[0] if outs[0].dim() else 0
+        call.vector[_KMIN], call.vector[_KMAX] = 0, -1
     lifted_positions = op in _POSITIONS and not v_tuple
-    try:
+    with _local_errors(call):
         if k.dim() != 1 or _np_dtype(k).kind not in "iu":
             raise TypeError("cufold: keys must be a 1-D integer tensor; got %s of shape %s"
                             % (k.dtype, tuple(k.shape)))
@@ -869,14 +879,8 @@ def reduce_by_key_into(keys, values, out, op=plus, *, group=None, shard=False, c
         if check and k.shape[0]:
             lo, hi = _back(_device.minmax(_dev(k)))
             call.device_slots = {_KMIN: lo, _KMAX: hi}
-        else:
-            call.vector[_KMIN], call.vector[_KMAX] = 0, -1
-    except (TypeError, ValueError) as exc:
-        if not check:
-            raise
-        call.fail(exc)
     rows = None
-    if check or shard:
+    if call is not None:
         rows = _agree(call, group, k.device)
         m_total = int(rows[:, _ROWS].sum()) if shard else int(rows[0, _ROWS])
         if check:
