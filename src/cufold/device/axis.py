@@ -759,22 +759,57 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         sched = sched._replace(chunk=sched.chunk // 2)
     has_init = init is not None
     init_value = prep.acc_vt.make(init) if has_init else _reduce_mod._zero(prep.acc_vt)
-    partials, counters = _split_workspace(b, prep.acc_vt, m_count * sched.split if sched.split > 1 else 1,
-                                          m_count if sched.kernel == "rows" else -(-m_count // max(sched.tx, 1)))
     i64 = np.int64
-    args = (xs, i64(origin), i64(m_count), tuple(i64(d[0]) for d in keep_dims),
-            tuple(i64(d[1]) for d in keep_dims), tuple(i64(d[2]) for d in keep_dims), i64(k_count),
-            (i64(length), i64(stride), i64(index_stride), i64(layout.index_origin)),
-            tuple(i64(d[0]) for d in outer), tuple(i64(d[1]) for d in outer), tuple(i64(d[2]) for d in outer),
-            i64(sched.split), i64(sched.chunk), partials, counters, outs, init_value, has_init)
-    split = sched.split > 1
-    if sched.kernel == "rows":
-        kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
-        key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
-    else:
-        kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
-        key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+
+    def launch_of(sched):
+        """(kernel, key, args) of schedule ``sched``."""
+        partials, counters = _split_workspace(b, prep.acc_vt, m_count * sched.split if sched.split > 1 else 1,
+                                              m_count if sched.kernel == "rows" else -(-m_count // max(sched.tx, 1)))
+        args = (xs, i64(origin), i64(m_count), tuple(i64(d[0]) for d in keep_dims),
+                tuple(i64(d[1]) for d in keep_dims), tuple(i64(d[2]) for d in keep_dims), i64(k_count),
+                (i64(length), i64(stride), i64(index_stride), i64(layout.index_origin)),
+                tuple(i64(d[0]) for d in outer), tuple(i64(d[1]) for d in outer), tuple(i64(d[2]) for d in outer),
+                i64(sched.split), i64(sched.chunk), partials, counters, outs, init_value, has_init)
+        split = sched.split > 1
+        if sched.kernel == "rows":
+            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
+            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
+        else:
+            kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+            key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+        return kernel, key, args
+
+    kernel, key, args = launch_of(sched)
+    fitted = one_round(sched, m_count, k_count, b.kernel(kernel, key, args).resident_blocks(
+        sched.nt, device_id=b.device_id), _launch.sm_count(b.device_id))
+    if fitted != sched:
+        sched = fitted
+        kernel, key, args = launch_of(sched)
     b.launch(kernel, key, sched.grid, sched.nt, args)
+
+
+def one_round(sched, m_count, k_count, blocks_per_sm, sms):
+    """``sched`` with fewer splits where its blocks would not all fit the GPU at once.
+
+    The limits assume 8 blocks of 256 an SM; a kernel of 49-64 registers holds 4. Then
+    x.sum(axis=0) of (8192, 8192), 256 column tiles x 5 splits = 1280 blocks, ran 2.4
+    rounds of 528, the last with 58% of the SMs' slots idle. Splitting each output only as
+    far as one round of blocks holds (2 here) reads the same bytes with every slot
+    busy. ``blocks_per_sm``: the kernel's occupancy (None: unknown, keep ``sched``)."""
+    if not blocks_per_sm or sched.split <= 1:
+        return sched
+    slots = sms * blocks_per_sm
+    if sched.grid <= slots:
+        return sched
+    per_block = sched.nt // sched.group if sched.kernel == "rows" else 1
+    outputs = m_count if sched.kernel == "rows" else sched.grid // sched.split   # column tiles
+    split = max(1, slots * per_block // outputs)
+    if split >= sched.split:
+        return sched
+    chunk = -(-k_count // split)
+    split = -(-k_count // chunk)       # (k_count and chunks in pairs where the loads are wide)
+    grid = -(-outputs * split // per_block)
+    return sched._replace(split=split, chunk=chunk, grid=max(1, grid))
 
 
 

@@ -778,6 +778,28 @@ class Kernel:
             self._funcs[dev] = ent
             return ent
 
+    def resident_blocks(self, block, shared_bytes=0, device_id=None):
+        """Blocks of ``block`` threads (and ``shared_bytes`` of dynamic shared memory) that
+        one SM holds at once for this kernel, from the driver's occupancy calculator (the
+        kernel is compiled or loaded first); None where unknown (the simulator, Numba's
+        launch path). What a grid that must run in one round is sized by."""
+        if SIMULATOR or not DIRECT or self._direct_reason is not None:
+            return None
+        dev = _arrays._current_device_id() if device_id is None else device_id
+        try:
+            handle = self._entry(dev)[0]
+        except _NoDirect:
+            return None
+        drv = _driver()
+        occupancy = getattr(drv, "occupancy", None)
+        if occupancy is None:
+            occupancy = drv.occupancy = _cfunc(drv.lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                                               [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t])
+        blocks = ctypes.c_int(0)
+        with _numba_device_ctx(dev):
+            res = occupancy(ctypes.addressof(blocks), int(handle), int(block), int(shared_bytes))
+        return blocks.value if res == 0 and blocks.value > 0 else None
+
     def _load_cubin(self, entry, cubin):
         from cuda.core import ObjectCode
         obj = ObjectCode.from_cubin(cubin, name=self.name)

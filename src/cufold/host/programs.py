@@ -149,6 +149,11 @@ class Builder:
 
     # --- launches ---------------------------------------------------------------
 
+    def kernel(self, fn, key, args):
+        """The compiled kernel that :meth:`launch` of ``fn``, ``key`` and ``args`` would
+        launch (to ask it, e.g., :meth:`Kernel.resident_blocks` before sizing a grid)."""
+        return _launch.kernel_for(fn, key, tuple(self._concrete(a) for a in args))
+
     def launch(self, fn, key, grid, block, args, shared=0):
         """Launch kernel function ``fn`` (compiled through the one launch path under
         ``key`` and the arguments' layout) on ``grid`` x ``block``; ``args`` may hold
