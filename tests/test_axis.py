@@ -123,6 +123,9 @@ LAYOUT_MATRIX = {
     "broadcast_reversed": (200, (3, 4, 5), (-7, 0, -40)),
 }
 ALL_AXES = [None, 0, 1, 2, (0, 1), (0, 2), (1, 2), (0, 1, 2)]
+# Simulator: (0, 1, 2) without keepdims normalises to axis=None's (0, 1, 2) (axis.normalize_axis)
+# and takes the same path; argmax/argmin run for None only: the same calls twice.
+MATRIX_AXES = ALL_AXES[:-1] if SIMULATOR else ALL_AXES
 
 
 def _check(got, ref, exact):
@@ -142,7 +145,7 @@ def test_layout_matrix(rng, layout):
     di, xi = strided_view(ints, offset, shape, strides)
     ds, xs = strided_view(np.where(ints > 0, 1, -1).astype(np.int32), offset, shape, strides)
     df, xf = strided_view(floats, offset, shape, strides)
-    for axis in ALL_AXES:
+    for axis in MATRIX_AXES:
         keepdims = axis in (1, (0, 2))
         kw = dict(axis=axis, keepdims=keepdims)
         _check(cufold.sum(di, **kw), xi.sum(**kw), True)
