@@ -76,12 +76,18 @@ def small_tiles(monkeypatch):
 
 # --- every algorithm, seed 001's orders ------------------------------------------------------------
 
+# Simulator: min and max take the same path (compare-and-swap on float64 outputs, mirrored
+# comparisons): each order takes plus and one of them, every algorithm both over the orders
+# (and random keys with max in test_repeated_keys_fill_the_table).
+ORDER_OPS = {"ordered": UFUNCS[:2], "shifted": UFUNCS[::2], "random": UFUNCS[:2]} if SIMULATOR else {}
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("order", ORDERS)
 def test_orders(order, algorithm):
     keys, values, m = box(order)
     keys = keys.astype(np.int32)
-    for op, ufunc, init in UFUNCS:
+    for op, ufunc, init in ORDER_OPS.get(order, UFUNCS):
         out = np.full(m, init)
         out[::7] = 0.5                      # some keys start from a value
         got = run(keys, values, out, op, algorithm=algorithm)
