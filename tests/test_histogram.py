@@ -502,7 +502,8 @@ def test_histogram_generated(gen, algorithm, rng, monkeypatch):
     of an item (mode and x's load: ``_bin_of``), its weight (``_value_of``) and the add
     (algorithm and weighted: ``_adder``). The default algorithm takes every mode with
     every weighting; a named one takes every mode, and every weighting, once each
-    (unweighted, stored, generated weights in turn), and one mode of the stored x."""
+    (unweighted, stored, generated weights in turn), and the stored x with generated
+    weights in two modes (host edges, and range= or device edges)."""
     monkeypatch.setattr(H, "KEYED_EDGES", 4)         # the 5 host edges: uploaded per call
     make, ref = GEN_VALUES[gen]
     x = ref()
