@@ -90,7 +90,13 @@ def test_cumsum_every_axis(rng, name):
     base = rng.integers(-50, 50, 2400).astype(np.float32)
     offset, shape, strides = VIEWS[name]
     d, x = strided_view(base, offset, shape, strides)
-    for axis in [None] + list(range(-len(shape), len(shape))):
+    nd = len(shape)
+    axes = list(range(-nd, nd))
+    if SIMULATOR:
+        # axis and axis - ndim are one scan (scan._scan_axis: axis % ndim): each axis once,
+        # odd ones by their negative number (so negative axes still run on every view)
+        axes = [a - nd if a % 2 else a for a in range(nd)]
+    for axis in [None] + axes:
         for reverse in (False, True):
             got = to_host(cufold.cumsum(d, axis=axis, reverse=reverse))
             want = flipped(np_cumsum, x, axis, reverse)

@@ -16,7 +16,10 @@ from numba import cuda
 import cufold
 from conftest import SIMULATOR
 
-N = 1000 if SIMULATOR else 1 << 16
+# Simulator: 200 items are two reduce/scan/by-key tiles (64 x 2), several blocks: the
+# multi-block finishes (last-block fold, look-back, merges) run; waits do not depend on
+# the size beyond that, and each simulated block costs ~0.05 s a call.
+N = 200 if SIMULATOR else 1 << 16
 
 
 def _calls(rng):
