@@ -85,10 +85,10 @@ def test_one_round_schedules():
     lay = axis_mod.plan_layout((8192, 8192), (8192, 1), (0,), True, False)
     s = axis_mod.schedule(lay, lim)
     assert (s.kernel, s.split, s.grid) == ("columns", 5, 1280)
-    t = axis_mod.one_round(s, 8192, 8192, 4, 132)
+    t = axis_mod.one_round(s, 8192, 8192, 4 * 132)
     assert (t.split, t.grid, t.chunk) == (2, 512, 4096)
-    assert axis_mod.one_round(s, 8192, 8192, 10, 132) == s         # 1320 slots hold 1280 blocks
-    assert axis_mod.one_round(s, 8192, 8192, None, 132) == s
+    assert axis_mod.one_round(s, 8192, 8192, 10 * 132) == s         # 1320 slots hold 1280 blocks
+    assert axis_mod.one_round(s, 8192, 8192, None) == s
 
 
 @gpu_only

@@ -780,26 +780,23 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return kernel, key, args
 
     kernel, key, args = launch_of(sched)
-    fitted = one_round(sched, m_count, k_count, b.kernel(kernel, key, args).resident_blocks(
-        sched.nt, device_id=b.device_id), _launch.sm_count(b.device_id))
+    fitted = one_round(sched, m_count, k_count, b.resident(kernel, key, args, sched.nt))
     if fitted != sched:
         sched = fitted
         kernel, key, args = launch_of(sched)
     b.launch(kernel, key, sched.grid, sched.nt, args)
 
 
-def one_round(sched, m_count, k_count, blocks_per_sm, sms):
+def one_round(sched, m_count, k_count, slots):
     """``sched`` with fewer splits where its blocks would not all fit the GPU at once.
 
     The limits assume 8 blocks of 256 an SM; a kernel of 49-64 registers holds 4. Then
     x.sum(axis=0) of (8192, 8192), 256 column tiles x 5 splits = 1280 blocks, ran 2.4
     rounds of 528, the last with 58% of the SMs' slots idle. Splitting each output only as
     far as one round of blocks holds (2 here) reads the same bytes with every slot
-    busy. ``blocks_per_sm``: the kernel's occupancy (None: unknown, keep ``sched``)."""
-    if not blocks_per_sm or sched.split <= 1:
-        return sched
-    slots = sms * blocks_per_sm
-    if sched.grid <= slots:
+    busy. ``slots``: the blocks of the kernel the GPU holds at once (``Builder.resident``;
+    None: unknown, keep ``sched``)."""
+    if not slots or sched.split <= 1 or sched.grid <= slots:
         return sched
     per_block = sched.nt // sched.group if sched.kernel == "rows" else 1
     outputs = m_count if sched.kernel == "rows" else sched.grid // sched.split   # column tiles

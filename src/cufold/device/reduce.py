@@ -727,7 +727,13 @@ def run(b, plan_, xs, n, outs, init):
     partial_count = grid if spec.finish in ("partials", "last_block") else 1
     partials, counter = _workspace(b.device_id, b.stream, acc_vt, max(partial_count, 1))
     if partial_count > 1 and not spec.ordered:
-        grid = _one_round(b, spec, grid, (xs, n, partials, counter, outs, init_value, has_init))
+        # One round: at most the blocks the GPU holds at once. The plan assumes full
+        # occupancy (2048 threads an SM); a kernel that fits fewer (mean's 78 registers: 6
+        # blocks of 128 where 16 were planned) would run a second, partial round of blocks
+        # that each fold as many tiles as the first round's, most SMs idle in it.
+        slots = b.resident(reduce_kernel(spec), ("reduce", spec),
+                           (xs, n, partials, counter, outs, init_value, has_init), nt)
+        grid = min(grid, slots or grid)
         if grid != partial_count:
             partial_count = grid
             partials, counter = _workspace(b.device_id, b.stream, acc_vt, grid)
@@ -747,19 +753,6 @@ def run(b, plan_, xs, n, outs, init):
         return
     b.launch(reduce_kernel(again.spec), ("reduce", again.spec), 1, again.spec.tile.nt,
              (partials, grid, partials, counter, outs, init_value, has_init))
-
-
-def _one_round(b, spec, grid, args):
-    """The grid of a grid-stride reduce: at most as many blocks as the GPU holds at once
-    for this kernel. The plan assumes full occupancy (2048 threads an SM); a kernel that
-    fits fewer (mean's 78 registers: 6 blocks of 128 where 16 were planned) would run a
-    second, partial round of blocks that each fold as many tiles as the first round's,
-    with most SMs idle in it. Unknown occupancy (the simulator) keeps the planned grid."""
-    blocks = b.kernel(reduce_kernel(spec), ("reduce", spec), args).resident_blocks(spec.tile.nt,
-                                                                                    device_id=b.device_id)
-    if not blocks:
-        return grid
-    return max(1, min(grid, _launch.sm_count(b.device_id) * blocks))
 
 
 _spare = {}

@@ -149,10 +149,14 @@ class Builder:
 
     # --- launches ---------------------------------------------------------------
 
-    def kernel(self, fn, key, args):
-        """The compiled kernel that :meth:`launch` of ``fn``, ``key`` and ``args`` would
-        launch (to ask it, e.g., :meth:`Kernel.resident_blocks` before sizing a grid)."""
-        return _launch.kernel_for(fn, key, tuple(self._concrete(a) for a in args))
+    def resident(self, fn, key, args, block):
+        """Blocks of ``block`` threads of the kernel that :meth:`launch` of ``fn``, ``key``
+        and ``args`` would launch that this Program's GPU holds at once (all SMs; the
+        kernel is compiled or loaded first), or None where unknown (the simulator): what a
+        grid that must run in one round is capped at."""
+        kernel = _launch.kernel_for(fn, key, tuple(self._concrete(a) for a in args))
+        blocks = kernel.resident_blocks(block, device_id=self.device_id)
+        return _launch.sm_count(self.device_id) * blocks if blocks else None
 
     def launch(self, fn, key, grid, block, args, shared=0):
         """Launch kernel function ``fn`` (compiled through the one launch path under
