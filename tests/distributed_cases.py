@@ -157,6 +157,11 @@ def case_all_reduce_welford(c):
     close(c.h(state[0]), total)
     close(c.h(state[1]), mu, rtol=1e-12)
     close(c.h(state[2]), (m2 + cnt * (mean - mu) ** 2).sum(0), rtol=1e-10)
+    state = tuple(c.t(f.reshape(7, 100)) for f in many[c.rank])     # 2-D states, the default path
+    cd.all_reduce(state, cufold.welford)
+    close(c.h(state[0]).ravel(), total)
+    close(c.h(state[1]).ravel(), mu, rtol=1e-12)
+    close(c.h(state[2]).ravel(), (m2 + cnt * (mean - mu) ** 2).sum(0), rtol=1e-10)
     empty = tuple(c.t(np.zeros(4)) for _ in range(3))          # no items anywhere: stays the identity
     cd.all_reduce(empty, cufold.welford, algorithm="sums")
     assert all((c.h(f) == 0).all() for f in empty)

@@ -42,6 +42,22 @@ def test_views(x, view, axis):
     np.testing.assert_array_equal(host(cufold.max(dv, axis=axis)), xv.max(axis=axis))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_mean_axis_as_sum_over_count(rng, dtype):
+    """Means along axes fold a one-field sum and divide by the items per output as they
+    store (along the contiguous axis, with 8-byte loads where the rows allow; along an
+    outer axis, split across blocks); NumPy's result dtype, float64 reference."""
+    x = (rng.standard_normal((6, 40, 10)) * 3 + 7).astype(dtype)
+    d = cuda.to_device(x)
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    for axis in (0, 1, 2, (0, 2), -1):
+        got = host(cufold.mean(d, axis=axis))
+        assert got.dtype == x.mean(axis=axis).dtype
+        np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=axis), rtol=tol, atol=tol)
+    got = host(cufold.mean(d, axis=0, transform=lambda v: v * v, keepdims=True))
+    np.testing.assert_allclose(got, (x.astype(np.float64) ** 2).mean(axis=0, keepdims=True), rtol=tol * 10)
+
+
 def test_argmax_axis(rng):
     x = rng.integers(0, 4, SHAPE).astype(np.float32)  # many ties: the first index wins
     d = cuda.to_device(x)

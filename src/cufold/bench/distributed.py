@@ -8,8 +8,8 @@ Cases (float32; every rank holds the sizes below):
                       and the default ``check=True``, one agreement exchange). Target: cufold's
                       throughput >= 0.97x torch's.
 ``all_reduce welford`` a Welford ``(count, mean, M2)`` tuple over 2^24 items (three float32
-                      fields, 192 MiB): ``cufold.welford`` folded by ``"scatter"`` and
-                      ``"gather"`` against one NCCL ``all_reduce`` (sum) of the same bytes.
+                      fields, 192 MiB): ``cufold.welford`` (default: ``"sums"``) and folded by ``"scatter"`` and ``"gather"``,
+                      against one NCCL ``all_reduce`` (sum) of the same bytes.
                       Target: cufold's default <= 1.5x that time.
 ``reduce sum``        2^30 items per rank: ``cufold.distributed.sum`` (local sum, then a
                       one-item all-reduce) against ``cufold.sum`` of all ``W * 2^30`` items on

@@ -185,9 +185,28 @@ def _project(kind, ddof, out_vt, post=None):
                            "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
 
 
-def project_of(spec):
-    """The projection (and post-map) of a reduction's Spec."""
+def project_of(spec, per_launch=False):
+    """The projection (and post-map) of a reduction's Spec: ``project(v)``; with
+    ``per_launch``, ``project(v, extra)`` (see :func:`_project_per_launch`)."""
+    if per_launch:
+        return _project_per_launch(spec.project, spec.ddof, spec.out_vt, spec.post)
     return _project(spec.project, spec.ddof, spec.out_vt, spec.post)
+
+
+@functools.lru_cache(maxsize=None)
+def _project_per_launch(kind, ddof, out_vt, post=None):
+    """As :func:`_project`, with an accumulator value fixed per launch: ``project(v, extra)``.
+    Kind ``"sum_mean"`` is a mean as a one-field sum divided by ``extra``, the items per
+    output (known when the launch is planned, so no count travels with the sum: half the
+    registers and partial bytes of ``"count_mean"``'s pair); the other kinds ignore it."""
+    value = "v / extra" if kind == "sum_mean" else "f(v, ddof)"
+    f = _codegen.device(PROJECTIONS["value" if kind == "sum_mean" else kind])
+    if post is None:
+        return _codegen.build("def project(v, extra):\n    return cast(%s)\n" % value, "project",
+                              {"cast": out_vt.cast, "f": f, "ddof": ddof})
+    fn, mid_vt = post
+    return _codegen.build("def project(v, extra):\n    return cast(post(mid(%s)))\n" % value, "project",
+                          {"cast": out_vt.cast, "mid": mid_vt.cast, "post": fn.device(mid_vt), "f": f, "ddof": ddof})
 
 
 @functools.lru_cache(maxsize=None)
