@@ -746,7 +746,10 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         # (count, sum) pair: half the shared-memory tree and split partials. Measured on an
         # H200, (8192, 8192) along axis 0: 87.1 -> 84.1 us; along the contiguous axis (rows
         # kernels) the pair measured 2-3 us faster, so rows keep it.
-        lift, project, acc_vt = "value", "sum_mean", ValueType.of(acc_vt.fields[1])
+        # float32 items fold in compensated float32 (see reduce._protocol_items): the sum's speed
+        compensated = prep.transform is None and prep.in_vt == ValueType.of(np.float32)
+        lift, project, acc_vt = ("compensated" if compensated else "value"), "sum_mean", \
+            ValueType.of(acc_vt.fields[1])
     keep_dims = layout.keep or ((1, 0, 0),)
     length, stride, index_stride = layout.red[-1]
     outer = layout.red[:-1]
