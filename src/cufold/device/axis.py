@@ -66,16 +66,23 @@ from numba import config, cuda
 from .. import _codegen, block, warp
 from ..host import arrays as _arrays, launch as _launch
 from . import reduce as _reduce_mod
+from ..ops import plus
 from ..values import ValueType
 
 
 #: Read 4-byte items of contiguous rows 8 bytes a load where aligned (``CUFOLD_WIDE_LOADS=0``:
 #: never), as the device-wide reduce does.
 WIDE_LOADS = _reduce_mod.WIDE_LOADS
-#: Loads a thread issues before combining them (items of up to 4 bytes: UNROLL_SMALL):
-#: enough bytes in flight per SM to cover the memory latency at full occupancy.
+#: Loads a thread issues before combining them (items of up to 4 bytes: UNROLL_SMALL, and
+#: UNROLL_SUMS for sums whose threads fold at least 4 * UNROLL_SUMS items): enough bytes in
+#: flight per SM to cover the memory latency at the 50% occupancy of MIN_BLOCKS. Long sums
+#: take 16 (H200, (8192, 8192) along axis 0: sum 75.7 -> 71.2 us, mean 80.9 -> 70.8; torch
+#: 75.2); max and argmax stay at 8, where 16 measured slower (71.8 -> 75.1 us: their compares
+#: and NaN tests hold more registers); and so do short rows, whose last, partial batch
+#: issues UNROLL - 1 guarded loads (a 3-item row's cost doubles at 16, see :func:`unroll_of`).
 UNROLL = 4
 UNROLL_SMALL = 8
+UNROLL_SUMS = 16
 #: Resident blocks per SM the rows and columns kernels are compiled for (``launch_bounds``:
 #: registers capped at 64 for 256 threads): at 72-96 registers they ran 2-3 blocks, 24-33%
 #: occupancy, too few loads in flight for the bandwidth (ncu, H100).
@@ -282,15 +289,24 @@ def _unravel(nd):
     return unravel
 
 
+def unroll_of(spec, items_per_thread):
+    """How many loads :func:`_thread_fold` issues ahead of their combines (see UNROLL)."""
+    if spec.wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4:
+        return UNROLL
+    if spec.op is plus and items_per_thread >= 4 * UNROLL_SUMS:
+        return UNROLL_SUMS
+    return UNROLL_SMALL
+
+
 @functools.lru_cache(maxsize=None)
-def _thread_fold(spec, nd_outer):
+def _thread_fold(spec, nd_outer, unroll):
     """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
     outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
     ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
     ``inner = (length, stride, index stride, index origin)`` and whose outer ones are
     ``outer_*``; item 0 is at ``base``. Positions advance by additions (no division
-    per item); UNROLL (UNROLL_SMALL for scalars of 4 bytes or less) loads are issued
-    ahead of their combines, in the last, partial batch too (a short row's items
+    per item); ``unroll`` loads (:func:`unroll_of`) are issued ahead of their
+    combines, in the last, partial batch too (a short row's items
     are one round trip to memory, not one each). An item's number for the
     lift is its C-order index (argmin/argmax), else its position ``k``."""
     start, update, _ = _reduce_mod._protocol(spec)
@@ -298,7 +314,6 @@ def _thread_fold(spec, nd_outer):
     outer_at = _unravel(nd_outer)      # (offset, C-order index)
     indexed = spec.lift == "index"
     wide = spec.wide
-    unroll = UNROLL if wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4 else UNROLL_SMALL
 
     @cuda.jit(device=True)
     def advance(r, i, roff, ridx, step_r, step_i, length, outer_shape, outer_strides, outer_index_strides):
@@ -332,7 +347,7 @@ def _thread_fold(spec, nd_outer):
                     pad + "state = update(state, hi%d, n%d)" % (j, j)]
         return [pad + "state = update(state, x%d, n%d)" % (j, j)]
 
-    # The unrolled loop, generated for UNROLL items: all their loads issued before
+    # The unrolled loop, generated for ``unroll`` items: all their loads issued before
     # the first combine (the loads, not the arithmetic, set the pace).
     walk = "outer_shape, outer_strides, outer_index_strides"
     if nd_outer == 0:
@@ -456,7 +471,7 @@ def _threads_with_items(count, threads, strided):
 # --- the kernels ----------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
+def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL):
     """Groups of ``group`` threads (1..32 lanes, or ``nt``: the block) reduce one
     (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
     partials the last group to arrive folds.
@@ -474,7 +489,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split):
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc = acc_vt.store
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
-    fold = _thread_fold(spec, nd_outer)
+    fold = _thread_fold(spec, nd_outer, unroll)
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
     whole_block = group == nt
@@ -568,7 +583,7 @@ def _alone(value, valid):
 
 
 @functools.lru_cache(maxsize=None)
-def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1):
+def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_SMALL):
     """Blocks of ``tx`` x ``ty`` threads: ``tx`` neighbouring outputs (along the kept
     dimension of smallest stride: coalesced) x ``ty`` threads sharing each one's
     chunk of reduced items, combined in shared memory (a tree in ``ty`` order);
@@ -584,7 +599,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1):
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc, load_acc = acc_vt.store, acc_vt.load
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
-    fold = _thread_fold(spec, nd_outer)
+    fold = _thread_fold(spec, nd_outer, unroll)
     strided = not spec.ordered
     nt = tx * ty
     outputs = per                      # (the kernel's own ``per`` is another)
@@ -788,11 +803,13 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
                 i64(sched.split), i64(sched.chunk), partials, counters, outs, init_value, has_init)
         split = sched.split > 1
         if sched.kernel == "rows":
-            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
-            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split)
+            unroll = unroll_of(spec, sched.chunk // max(sched.group, 1))
+            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll)
+            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll)
         else:
-            kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
-            key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per)
+            unroll = unroll_of(spec, sched.chunk // max(sched.ty, 1) if sched.per == 1 else k_count)
+            kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per, unroll)
+            key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per, unroll)
         return kernel, key, args
 
     kernel, key, args = launch_of(sched)
