@@ -293,7 +293,10 @@ def unroll_of(spec, items_per_thread):
     """How many loads :func:`_thread_fold` issues ahead of their combines (see UNROLL)."""
     if spec.wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4:
         return UNROLL
-    if spec.op is plus and items_per_thread >= 4 * UNROLL_SUMS:
+    # (measured for float32 items summed in float32 or compensated float32; wider
+    # accumulators, int64 for int32 items, hold more registers: they keep 8)
+    narrow = spec.acc_vt.itemsize <= 4 or spec.lift == "compensated"
+    if spec.op is plus and narrow and items_per_thread >= 4 * UNROLL_SUMS:
         return UNROLL_SUMS
     return UNROLL_SMALL
 
