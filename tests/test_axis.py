@@ -54,6 +54,11 @@ def test_mean_axis_as_sum_over_count(rng, dtype):
         got = host(cufold.mean(d, axis=axis))
         assert got.dtype == x.mean(axis=axis).dtype
         np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=axis), rtol=tol, atol=tol)
+    if dtype == np.float32:                    # asked for float64: accumulated in float64, no compensation
+        near_zero = rng.standard_normal((37, 45)).astype(np.float32)
+        got = host(cufold.mean(cuda.to_device(near_zero), axis=0, dtype=np.float64))
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, near_zero.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-15)
     got = host(cufold.mean(d, axis=0, transform=lambda v: v * v, keepdims=True))
     np.testing.assert_allclose(got, (x.astype(np.float64) ** 2).mean(axis=0, keepdims=True), rtol=tol * 10)
 

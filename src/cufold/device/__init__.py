@@ -408,7 +408,8 @@ def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, alg
     Accumulation: float64 for float32 input, except along an outer axis (``axis=0`` of a
     C-contiguous matrix), where each thread folds a compensated (Kahan) float32 sum before
     the float64 combine: within ``2 * eps32 * mean(|x|)`` of the exact mean (NumPy's own
-    float32 mean: ``log2(n) * eps32 * mean(|x|)``).
+    float32 mean: ``log2(n) * eps32 * mean(|x|)``). ``dtype=np.float64`` accumulates in
+    float64 throughout.
 
     ``deterministic="gpu_to_gpu"``: the binned sum (see :func:`sum`) divided by the count,
     the same bits on any GPU: ``cufold.mean(x, deterministic="gpu_to_gpu")``.

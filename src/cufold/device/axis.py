@@ -765,7 +765,9 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         # H200, (8192, 8192) along axis 0: 87.1 -> 84.1 us; along the contiguous axis (rows
         # kernels) the pair measured 2-3 us faster, so rows keep it.
         # float32 items fold in compensated float32 (see reduce._protocol_items): the sum's speed
-        compensated = prep.transform is None and prep.in_vt == ValueType.of(np.float32)
+        # (a float32 result only: mean(x, dtype=np.float64) asks for float64's accuracy)
+        f32 = ValueType.of(np.float32)
+        compensated = prep.transform is None and prep.in_vt == f32 and prep.out_vt == f32
         lift, project, acc_vt = ("compensated" if compensated else "value"), "sum_mean", \
             ValueType.of(acc_vt.fields[1])
     keep_dims = layout.keep or ((1, 0, 0),)
