@@ -40,7 +40,7 @@ import numpy as np
 
 from . import report as R
 from .report import gpu_us
-from .runner import add_run_options, checked_timing, copy_bandwidth, run_and_save, time_after_warmup
+from .runner import add_run_options, apply_run_options, checked_timing, copy_bandwidth, run_and_save, time_after_warmup
 from .timing import Settings
 
 __all__ = ["LAYOUTS", "REDUCTIONS", "cases", "touched_bytes", "main"]
@@ -314,8 +314,7 @@ def main(argv=None, stdout=None, stderr=None):
     # ~2 minutes: 0.02 s of events per (case, library), a few reps at least
     settings = Settings.quick() if args.quick else Settings(target_s=0.02, min_reps=10, max_reps=300,
                                                             max_case_s=0.5, warmup=2, est_reps=3)
-    if args.seed is not None:
-        settings.seed = args.seed
+    apply_run_options(settings, args)
     if args.dry_run:
         out.write("cufold bench axes: %d cases (layout x axis x reduction), each on cufold, torch, cupy\n"
                   % len(todo))

@@ -47,7 +47,7 @@ import numpy as np
 
 from . import report as R
 from .backends import SharedCopies, Skip
-from .runner import add_run_options, run_and_save, time_events
+from .runner import add_run_options, apply_run_options, run_and_save, time_events
 from .timing import Settings, estimate_seconds
 
 __all__ = ["ORDERS", "TASKS", "power_law_keys", "candidates", "run", "evaluate", "format_results", "main"]
@@ -478,8 +478,7 @@ def main(argv=None, stdout=None, stderr=None):
                   % (", ".join(ORDERS), ", ".join(TASKS)))
         return 2
     settings = Settings.quick() if args.quick else Settings.short()
-    if args.seed is not None:
-        settings.seed = args.seed
+    apply_run_options(settings, args)
     from . import backends
     env = backends.probe()
     cands = [c for c in candidates() if c.task in tasks or (c.task == "max" and "argmax" in tasks)]

@@ -49,7 +49,7 @@ import numpy as np
 from . import report as R
 from .backends import Skip
 from .bykey_tuple import power_law_keys
-from .runner import add_run_options, run_and_save, time_events
+from .runner import add_run_options, apply_run_options, run_and_save, time_events
 from .timing import Settings, estimate_seconds
 
 __all__ = ["ORDERS", "FEATURES", "candidates", "run", "evaluate", "format_results", "main"]
@@ -423,8 +423,7 @@ def main(argv=None, stdout=None, stderr=None):
                   % ", ".join(ORDERS))
         return 2
     settings = Settings.quick() if args.quick else Settings.short()
-    if args.seed is not None:
-        settings.seed = args.seed
+    apply_run_options(settings, args)
     cands = candidates()
     if args.only:
         want = [s.strip() for s in args.only.split(",") if s.strip()]

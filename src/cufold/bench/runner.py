@@ -72,7 +72,8 @@ def suite_meta(suite, env, backend, info, settings, started, **extra):
 
 def add_run_options(p, suite, full=None, dry_run="print what would run and exit (no GPU needed)"):
     """The options of a suite with its own driver: ``--quick`` (and, with ``full`` as its
-    help, ``--full``, one or the other), ``--out``, ``--no-progress``, ``--dry-run``, ``--seed``."""
+    help, ``--full``, one or the other), ``--out``, ``--no-progress``, ``--dry-run``, ``--seed``,
+    ``--no-raw`` (see :func:`apply_run_options`)."""
     mode = p.add_mutually_exclusive_group() if full else p
     if full:
         mode.add_argument("--full", action="store_true", help=full)
@@ -81,7 +82,18 @@ def add_run_options(p, suite, full=None, dry_run="print what would run and exit 
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--dry-run", action="store_true", help=dry_run)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-raw", action="store_true", help="do not keep every event sample in the JSON")
     return p
+
+
+def apply_run_options(settings, args):
+    """``settings`` with the options of :func:`add_run_options` that change them (``--seed``,
+    ``--no-raw``)."""
+    if args.seed is not None:
+        settings.seed = args.seed
+    if args.no_raw:
+        settings.raw = False
+    return settings
 
 
 def run_and_save(suite, env, args, argv, out, err, describe, run, format_results, failed):

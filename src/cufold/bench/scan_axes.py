@@ -50,7 +50,7 @@ import numpy as np
 
 from . import report as R
 from .report import gpu_us
-from .runner import add_run_options, checked_timing, copy_bandwidth, run_and_save
+from .runner import add_run_options, apply_run_options, checked_timing, copy_bandwidth, run_and_save
 from .timing import Settings
 
 __all__ = ["CASES", "cases", "evaluate", "format_results", "main"]
@@ -346,8 +346,7 @@ def main(argv=None, stdout=None, stderr=None):
     todo = cases(select)
     settings = Settings.quick() if args.quick else Settings(target_s=0.05, min_reps=10, max_reps=300,
                                                             max_case_s=0.5, warmup=2, est_reps=3)
-    if args.seed is not None:
-        settings.seed = args.seed
+    apply_run_options(settings, args)
     if args.dry_run:
         out.write("cufold bench scan-axes: %d cases\n" % len(todo))
         for kind, shape, axis, reverse in todo:
