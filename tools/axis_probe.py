@@ -1,5 +1,5 @@
 """A few axis reductions once each (after a warm-up), for ncu: which kernel and schedule the
-planner picks, and the GPU time of each next to torch's.
+planner picks, and the GPU time of each next to torch's (``gpu_timing.gpu_us``).
 
     PYTHONPATH=src python tools/axis_probe.py            # times
     ncu --set full -k regex:axis python tools/axis_probe.py --once
@@ -10,6 +10,7 @@ import torch
 
 import cufold
 from cufold.device import axis as A
+from gpu_timing import gpu_us
 
 once = "--once" in sys.argv
 x = torch.rand(8192, 8192, device="cuda")
@@ -21,20 +22,6 @@ CASES = [("z.sum(axis=0)", lambda: cufold.sum(z, axis=0), lambda: z.sum(0)),
          ("x.sum(axis=0)", lambda: cufold.sum(x, axis=0), lambda: x.sum(0)),
          ("y.mean(axis=1)", lambda: cufold.mean(y, axis=1), lambda: y.mean(1)),
          ("y.max(axis=1)", lambda: cufold.max(y, axis=1), lambda: y.amax(1))]
-
-
-def gpu_us(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 for name, mine, theirs in CASES:

@@ -12,6 +12,7 @@ import torch
 
 import cufold
 from cufold.device import axis as A
+from gpu_timing import gpu_us
 
 A.MIN_BLOCKS, A.UNROLL_SMALL = int(sys.argv[1]), int(sys.argv[2])
 x = torch.rand(8192, 8192, device="cuda")
@@ -23,20 +24,6 @@ CASES = [("z.sum(0)", lambda: cufold.sum(z, axis=0), lambda: z.sum(0)),
          ("x.max(0)", lambda: cufold.max(x, axis=0), lambda: x.amax(0)),
          ("x[::2].mean(0)", lambda: cufold.mean(x[::2], axis=0), lambda: x[::2].mean(0)),
          ("x.argmax(0)", lambda: cufold.argmax(x, axis=0), lambda: x.argmax(0))]
-
-
-def gpu_us(fn, reps=30):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 cells = []

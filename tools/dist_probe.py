@@ -1,6 +1,7 @@
 """Where the time of two issue-21 cases goes, on a machine of two or more GPUs.
 
 1. The Welford merge's elementwise kernels (``distributed._merge_kernels``) on one GPU
+   (``gpu_timing.gpu_us``: batches queued behind a sleep, so no host time is counted)
    against a plain copy (the bandwidth they should reach) and against variants: one
    launch per block of contiguous items instead of a grid-stride loop, 1-D rows instead
    of the 2-D ``sums`` buffer.
@@ -19,27 +20,12 @@ import time
 import numpy as np
 
 
-def _events_us(torch, fn, reps=20):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) * 1000.0)
-    return float(np.median(ts))
-
-
 def kernels_alone(out):
     """Part 1, on GPU 0."""
     import torch
     from numba import cuda
     from cufold import distributed as cd
-    from cufold.host import arrays as _arrays, programs as _programs
+    from gpu_timing import gpu_us
 
     n = 1 << 24
     dev = torch.device("cuda", 0)
@@ -47,15 +33,14 @@ def kernels_alone(out):
     m = torch.randn(n, device=dev)
     m2 = torch.rand(n, device=dev)
     sums = torch.empty((2, n), device=dev)
-    fields = tuple(_arrays.describe(a) for a in (c, m, m2, sums))
-    key = tuple(_programs.signature(a) for a in fields)
+    fields, key = cd._merge_args((c, m, m2), sums)
     rows = {}
     mib = n * 4 / 1e6
-    rows["copy 1 field (2 passes)"] = _events_us(torch, lambda: sums[0].copy_(c))
-    rows["library prepare (4 passes)"] = _events_us(torch, lambda: cd._MERGE.run(("prepare",) + key, *fields))
-    rows["library finish (8 passes)"] = _events_us(torch, lambda: cd._MERGE.run(("finish",) + key, *fields))
-    rows["torch prepare: copy + mul (4 passes)"] = _events_us(
-        torch, lambda: (sums[0].copy_(c), torch.mul(c, m, out=sums[1])))
+    rows["copy 1 field (2 passes)"] = gpu_us(lambda: sums[0].copy_(c))
+    rows["library prepare (4 passes)"] = gpu_us(lambda: cd._MERGE.run(("prepare",) + key, *fields))
+    rows["library finish (8 passes)"] = gpu_us(lambda: cd._MERGE.run(("finish",) + key, *fields))
+    rows["torch prepare: copy + mul (4 passes)"] = gpu_us(
+        lambda: (sums[0].copy_(c), torch.mul(c, m, out=sums[1])))
 
     items = 4
     nt = 256
@@ -112,10 +97,10 @@ def kernels_alone(out):
     s0, s1 = sums[0], sums[1]
     grid_tiles = -(-n // (nt * items))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows["tiles prepare, 1-D rows"] = _events_us(torch, lambda: prepare_tiles[grid_tiles, nt](c, m, s0, s1, n))
-    rows["tiles finish, 1-D rows"] = _events_us(torch, lambda: finish_tiles[grid_tiles, nt](c, m, m2, s0, s1, n))
-    rows["stride prepare, 1-D rows"] = _events_us(torch, lambda: prepare_stride[8 * sms, nt](c, m, s0, s1, n))
-    rows["one item/thread prepare"] = _events_us(torch, lambda: prepare_stride[-(-n // nt), nt](c, m, s0, s1, n))
+    rows["tiles prepare, 1-D rows"] = gpu_us(lambda: prepare_tiles[grid_tiles, nt](c, m, s0, s1, n))
+    rows["tiles finish, 1-D rows"] = gpu_us(lambda: finish_tiles[grid_tiles, nt](c, m, m2, s0, s1, n))
+    rows["stride prepare, 1-D rows"] = gpu_us(lambda: prepare_stride[8 * sms, nt](c, m, s0, s1, n))
+    rows["one item/thread prepare"] = gpu_us(lambda: prepare_stride[-(-n // nt), nt](c, m, s0, s1, n))
     passes = {"copy 1 field (2 passes)": 2, "library prepare (4 passes)": 4, "library finish (8 passes)": 8,
               "torch prepare: copy + mul (4 passes)": 4, "tiles prepare, 1-D rows": 4,
               "tiles finish, 1-D rows": 8, "stride prepare, 1-D rows": 4, "one item/thread prepare": 4}

@@ -2,7 +2,8 @@
 
 ``reps`` back-to-back calls between two CUDA events, queued behind a ``torch.cuda._sleep``
 so the host enqueues the whole batch before the GPU reaches it (GPU time, not the host's);
-the median of ``batches`` batches, in microseconds per call. Used by tune_bykey.
+the median of ``batches`` batches, in microseconds per call, after one untimed call (it
+compiles and plans). Used by tune_bykey, axis_probe, axis_tune and dist_probe.
 """
 import statistics
 
@@ -10,6 +11,7 @@ import torch
 
 
 def gpu_us(call, reps=20, batches=3, sleep_cycles=20_000_000):
+    call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     per_call = []
     for _ in range(batches):

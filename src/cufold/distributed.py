@@ -490,12 +490,18 @@ def _welford_sums(flat, outs, group):
             o.copy_(t)
     count = outs[0]
     sums = torch.empty((2, count.numel()), dtype=count.dtype, device=count.device)
-    fields = _describe(_devs(outs) + (_dev(sums),))
-    key = tuple(_programs.signature(a) for a in fields) + (_arrays.stream_handle(fields[0]),)
+    fields, key = _merge_args(outs, sums)
     _MERGE.run(("prepare",) + key, *fields)
     dist.all_reduce(sums, group=group)
     _MERGE.run(("finish",) + key, *fields)
     dist.all_reduce(outs[2], group=group)
+
+
+def _merge_args(outs, sums):
+    """The arrays of the Welford merge's kernels ``(c, m, m2, sums)``, described, and their
+    Programs' key (layouts and the stream)."""
+    fields = _describe(_devs(outs) + (_dev(sums),))
+    return fields, tuple(_programs.signature(a) for a in fields) + (_arrays.stream_handle(fields[0]),)
 
 
 def _describe(arrays):

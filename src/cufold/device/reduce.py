@@ -173,40 +173,32 @@ PROJECTIONS = {"value": _project_value, "index": _project_index, "mean": _projec
 
 
 @functools.lru_cache(maxsize=None)
-def _project(kind, ddof, out_vt, post=None):
+def _project(kind, ddof, out_vt, post=None, per_launch=False):
     """Device function: accumulator value -> result; with ``post`` (``(Transform,
-    type before it)``), the projection cast to that type, then the post-map."""
-    if post is None:
-        return _codegen.build("def project(v):\n    return cast(f(v, ddof))\n", "project",
-                              {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
-    fn, mid_vt = post
-    return _codegen.build("def project(v):\n    return cast(post(mid(f(v, ddof))))\n", "project",
-                          {"cast": out_vt.cast, "mid": mid_vt.cast, "post": fn.device(mid_vt),
-                           "f": _codegen.device(PROJECTIONS[kind]), "ddof": ddof})
+    type before it)``), the projection cast to that type, then the post-map.
+
+    ``per_launch``: ``project(v, extra)``, ``extra`` an accumulator value fixed per launch.
+    Kind ``"sum_mean"`` (per launch only) is a mean as a one-field sum divided by
+    ``extra``, the items per output (known when the launch is planned, so no count
+    travels with the sum: half the registers and partial bytes of ``"count_mean"``'s
+    pair); the other kinds ignore it."""
+    if kind == "sum_mean" and not per_launch:
+        raise ValueError("cufold: projection 'sum_mean' needs its per-launch count")
+    value = "v / extra" if kind == "sum_mean" else "f(v, ddof)"
+    env = {"cast": out_vt.cast, "f": _codegen.device(PROJECTIONS.get(kind, _project_value)), "ddof": ddof}
+    body = "cast(%s)" % value
+    if post is not None:
+        fn, mid_vt = post
+        env.update(mid=mid_vt.cast, post=fn.device(mid_vt))
+        body = "cast(post(mid(%s)))" % value
+    return _codegen.build("def project(%s):\n    return %s\n" % ("v, extra" if per_launch else "v", body),
+                          "project", env)
 
 
 def project_of(spec, per_launch=False):
-    """The projection (and post-map) of a reduction's Spec: ``project(v)``; with
-    ``per_launch``, ``project(v, extra)`` (see :func:`_project_per_launch`)."""
-    if per_launch:
-        return _project_per_launch(spec.project, spec.ddof, spec.out_vt, spec.post)
-    return _project(spec.project, spec.ddof, spec.out_vt, spec.post)
-
-
-@functools.lru_cache(maxsize=None)
-def _project_per_launch(kind, ddof, out_vt, post=None):
-    """As :func:`_project`, with an accumulator value fixed per launch: ``project(v, extra)``.
-    Kind ``"sum_mean"`` is a mean as a one-field sum divided by ``extra``, the items per
-    output (known when the launch is planned, so no count travels with the sum: half the
-    registers and partial bytes of ``"count_mean"``'s pair); the other kinds ignore it."""
-    value = "v / extra" if kind == "sum_mean" else "f(v, ddof)"
-    f = _codegen.device(PROJECTIONS["value" if kind == "sum_mean" else kind])
-    if post is None:
-        return _codegen.build("def project(v, extra):\n    return cast(%s)\n" % value, "project",
-                              {"cast": out_vt.cast, "f": f, "ddof": ddof})
-    fn, mid_vt = post
-    return _codegen.build("def project(v, extra):\n    return cast(post(mid(%s)))\n" % value, "project",
-                          {"cast": out_vt.cast, "mid": mid_vt.cast, "post": fn.device(mid_vt), "f": f, "ddof": ddof})
+    """The projection (and post-map) of a reduction's Spec: ``project(v)``, or with
+    ``per_launch`` ``project(v, extra)`` (see :func:`_project`)."""
+    return _project(spec.project, spec.ddof, spec.out_vt, spec.post, per_launch)
 
 
 @functools.lru_cache(maxsize=None)
