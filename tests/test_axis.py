@@ -457,3 +457,24 @@ def test_tuple_fields_may_differ_in_strides_of_length_one_dimensions(rng):
     with pytest.raises(ValueError, match="one layout"):
         wide, _ = strided_view(np.tile(v, 2), 0, (2, 8), (24, 1))
         cufold.reduce((wide, strided_view(np.tile(i, 3), 0, (2, 8), (8, 1))[0]), cufold.argmax, axis=0)
+
+
+@pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean"])
+def test_short_reduced_axis_folds_in_one_batch(rng, monkeypatch, name):
+    """An output of a few items (y.sum(axis=1) of (64, 3, 65536): 3) is folded by batches of
+    at most its loads (``axis.unroll_of``; a thread's share where threads share an output),
+    not the general batch of 8 with its guarded loads."""
+    keys = []
+    real_launch = cufold.host.programs.Builder.launch
+
+    def record(self, fn, key, grid, block, args, shared=0):
+        keys.append(key)
+        return real_launch(self, fn, key, grid, block, args, shared)
+
+    monkeypatch.setattr(cufold.host.programs.Builder, "launch", record)
+    x = rng.standard_normal((4, 3, 70)).astype(np.float32)
+    got = host(getattr(cufold, name)(cuda.to_device(x), axis=1))
+    want = getattr(np, name)(x.astype(np.float64), axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    axis_keys = [k for k in keys if k[0] in ("axis_rows", "axis_columns")]
+    assert axis_keys and 2 <= axis_keys[0][-1] <= 3, keys
