@@ -59,6 +59,13 @@ def test_mean_axis_as_sum_over_count(rng, dtype):
         got = host(cufold.mean(cuda.to_device(near_zero), axis=0, dtype=np.float64))
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, near_zero.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-15)
+        # three items an output (folded in float64, not compensated): cancellation a float32
+        # sum would lose, (1e8 + v) - 1e8, kept to float32's rounding of the result
+        v = rng.uniform(1, 2, 50).astype(np.float32)
+        three = np.stack([np.full(50, 1e8, np.float32), v, np.full(50, -1e8, np.float32)])
+        got = host(cufold.mean(cuda.to_device(three), axis=0))
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, three.astype(np.float64).mean(axis=0), rtol=1e-6)
     got = host(cufold.mean(d, axis=0, transform=lambda v: v * v, keepdims=True))
     np.testing.assert_allclose(got, (x.astype(np.float64) ** 2).mean(axis=0, keepdims=True), rtol=tol * 10)
 
@@ -265,7 +272,8 @@ KERNEL_CASES = [
     ((3, 2000), (1,), ("rows", 64, 2)),         # ... with runs of 15 items a thread (the unrolled loop)
     ((1500, 3), (0,), ("columns", 4, 4)),       # 4 columns x 16 threads, split
     ((40, 40), (0,), ("columns", 32, 2)),       # 32 columns x 2 threads, split
-    ((64, 200), (0,), ("columns", 32, 1)),      # enough column tiles: no split
+    ((50, 128), (0,), ("columns", 32, 1)),      # enough column tiles: no split (2 threads a column)
+    ((64, 200), (0,), ("columns", 64, 1)),      # columns filling a round of blocks: a thread each
     ((2, 300), (0,), ("columns", 64, 1)),       # 2 items a column: one thread each, 64 columns a block
 ]
 
@@ -298,9 +306,10 @@ def test_kernel_choice_and_results(rng, shape, axes, expect, simulator_limits):
     np.testing.assert_array_equal(host(got[1]), rb)
 
 
-@pytest.mark.parametrize("shape, axis, per", [((2, 2048), 0, 4), ((2, 1030), 0, 2), ((4, 2, 512), 1, 4)])
+@pytest.mark.parametrize("shape, axis, per", [((2, 2048), 0, 2), ((2, 1031), 0, 1), ((4, 2, 512), 1, 2)])
 def test_short_columns_take_several_outputs_a_thread(rng, shape, axis, per, simulator_limits):
-    """Columns of a few items: a thread folds ``per`` neighbouring outputs (one unravel)."""
+    """Columns of a few items: a thread folds ``per`` neighbouring outputs (one unravel;
+    one each where the kept dimension's length is odd)."""
     strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
     layout = axis_mod.plan_layout(shape, strides, (axis,), True)
     s = axis_mod.schedule(layout, axis_mod.limits(0))

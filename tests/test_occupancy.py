@@ -81,7 +81,7 @@ def test_one_round_schedules():
     """The re-split itself (host arithmetic): x.sum(axis=0) of (8192, 8192) planned for 8
     blocks an SM (256 tiles x 5 splits) on 132 SMs that hold 4 becomes 2 splits, 512 blocks;
     a schedule that fits, or an unknown occupancy, is kept."""
-    lim = axis_mod.Limits(256, 4096, 16, 1024, 132 * 8)
+    lim = axis_mod.Limits(256, 4096, 16, 1024, 132 * 8, 132 * 4)
     lay = axis_mod.plan_layout((8192, 8192), (8192, 1), (0,), True, False)
     s = axis_mod.schedule(lay, lim)
     assert (s.kernel, s.split, s.grid) == ("columns", 5, 1280)

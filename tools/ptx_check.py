@@ -250,7 +250,7 @@ print("%d tuple by-key kernels compiled; all in %.1f s" % (len(compiled) - befor
 # float32, float64, int32, argmax (a tuple accumulator) and mean/var (Welford).
 A = importlib.import_module("cufold.device.axis")
 D = importlib.import_module("cufold.device")
-A.limits = lambda dev: A.Limits(256, 4096, 16, 1024, 132 * 8)
+A.limits = lambda dev: A.Limits(256, 4096, 16, 1024, 132 * 8, 132 * 4)
 before = len(compiled)
 
 

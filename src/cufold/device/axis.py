@@ -179,12 +179,13 @@ def plan_layout(shape, strides, axes, reorder, indexed=False):
 
 #: nt: threads per block; long_row: items per output from which a whole block takes
 #: a row; min_items: the fewest items per thread a split leaves; max_split: the most
-#: chunks an output is split into; blocks: resident blocks the grid aims to fill.
-Limits = collections.namedtuple("Limits", "nt long_row min_items max_split blocks")
+#: chunks an output is split into; blocks: resident blocks the grid aims to fill;
+#: resident: blocks of the (64-register, MIN_BLOCKS) axis kernels the GPU holds at once.
+Limits = collections.namedtuple("Limits", "nt long_row min_items max_split blocks resident")
 
 
 #: The simulator's: tiny blocks, so that small test arrays cross warp, block and split boundaries.
-SIMULATOR_LIMITS = Limits(64, 256, 2, 8, 4)
+SIMULATOR_LIMITS = Limits(64, 256, 2, 8, 4, 4)
 
 
 def limits(device_id):
@@ -193,7 +194,8 @@ def limits(device_id):
         return SIMULATOR_LIMITS
     # 256 threads, 8 blocks an SM: a full H100/H200. 16 items a thread at least keep
     # enough loads in flight per split chunk; 4096-item rows fill a 256-thread block.
-    return Limits(256, 4096, 16, 1024, _launch.sm_count(device_id) * 8)
+    sms = _launch.sm_count(device_id)
+    return Limits(256, 4096, 16, 1024, sms * 8, sms * MIN_BLOCKS)
 
 
 def _pow2_at_least(n):
@@ -233,15 +235,23 @@ def schedule(layout, lim):
     # TX along the kept dimension (at least a warp's worth where it is that long, so loads
     # coalesce), TY along the reduced one: no more threads than the items keep busy
     # (min_items each), the rest of the block on more columns.
+    # No more threads than one round of blocks holds where the columns alone fill it: threads
+    # beyond it only add shared-memory trees (H200, (64, 3, 65536) along axis 0, 196608
+    # columns of 64 items: 4 threads a column 19.1 us, 1 thread 16.6; along (0, 1), 65536
+    # columns: 8 threads 18.2 us, 2 threads 15.6; torch 17.1 and 16.4).
     inner = layout.keep[-1][0]
-    ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)))
+    fill = max(1, lim.resident * nt // m)
+    ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)),
+             _pow2_at_least(fill + 1) // 2)
     tx = nt // ty
     # A column of a few items (one thread each) costs more in finding its place than in
-    # reading it: give a thread several neighbouring outputs (one unravel for all) where
-    # the tiles still fill the GPU.
+    # reading it: give a thread two neighbouring outputs (one unravel for both) where the
+    # tiles still fill the GPU. Not four: a warp's load then spans 512 bytes for 128 used,
+    # each sector fetched by four loads (H200, y.sum(axis=1) of (64, 3, 65536): 1 output a
+    # thread 50.8 us, 2 25.5, 4 30.3; torch 25.9).
     per = 1
-    if ty == 1:
-        per = next((p for p in (4, 2) if inner % p == 0 and m // (tx * p) >= lim.blocks), 1)
+    if ty == 1 and inner % 2 == 0 and m // (tx * 2) >= lim.blocks:
+        per = 2
     tiles = -(-m // (tx * per))
     split = 1
     if tiles < lim.blocks:
@@ -612,18 +622,36 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
     nt = tx * ty
     outputs = per                      # (the kernel's own ``per`` is another)
     shared = block.temp_storage(acc_vt, nt)
+    FULL = np.uint32(0xFFFFFFFF)
+
+    # A column's ty threads: wy of them in each warp (lanes tx apart), ty // wy warps.
+    wy = max(1, warp.WARP_SIZE // tx)
+    groups = ty // wy
+    shfl_down = acc_vt.shuffle("down")
 
     @cuda.jit(device=True)
     def tree(value, temp, x, y, valid):
-        """The values of threads (x, 0..valid-1) combined in y order; valid on y == 0."""
+        """The values of threads (x, 0..valid-1) combined in y order; valid on y == 0.
+        Shuffles down within each warp, then one round through shared memory: two
+        barriers, where a tree through shared memory took two a level (and its
+        loop-invariant addresses, hoisted by the compiler, made z.sum(axis=0)'s split
+        kernel spill 35 words a thread across the fold)."""
         offset = 1
-        while offset < ty:
-            store_acc(temp, y * tx + x, value)
-            cuda.syncthreads()
-            if y % (2 * offset) == 0 and y + offset < valid:
-                value = combine(value, load_acc(temp, (y + offset) * tx + x))
-            cuda.syncthreads()
+        while offset < wy:           # ascending offsets keep y order
+            other = shfl_down(FULL, value, offset * tx)
+            if y % wy + offset < wy and y + offset < valid:
+                value = combine(value, other)
             offset *= 2
+        if groups > 1:
+            g = y // wy
+            if y % wy == 0:
+                store_acc(temp, g * tx + x, value)
+            cuda.syncthreads()
+            if y == 0:
+                for h in range(1, groups):
+                    if h * wy < valid:
+                        value = combine(value, load_acc(temp, h * tx + x))
+            cuda.syncthreads()
         return value
 
     @cuda.jit(device=True)
@@ -771,8 +799,10 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         # kernels) the pair measured 2-3 us faster, so rows keep it. Float32 items with a
         # float32 result fold in compensated float32 (reduce._protocol_items: 84.1 -> 80.9
         # us); mean(x, dtype=np.float64) asks for float64's accuracy, so it folds float64.
+        # Three items or fewer fold in float64, exact enough without compensation, which cost
+        # y.mean(axis=1) of (64, 3, 65536) 7% (28.2 us against the sum's 26.4, H200).
         f32 = ValueType.of(np.float32)
-        compensated = prep.transform is None and prep.in_vt == f32 and prep.out_vt == f32
+        compensated = prep.transform is None and prep.in_vt == f32 and prep.out_vt == f32 and k_count > 3
         lift, project, acc_vt = ("compensated" if compensated else "value"), "sum_mean", \
             ValueType.of(acc_vt.fields[1])
     keep_dims = layout.keep or ((1, 0, 0),)
