@@ -59,8 +59,8 @@ def test_mean_axis_as_sum_over_count(rng, dtype):
         got = host(cufold.mean(cuda.to_device(near_zero), axis=0, dtype=np.float64))
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, near_zero.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-15)
-        # three items an output (folded in float64, not compensated): cancellation a float32
-        # sum would lose, (1e8 + v) - 1e8, kept to float32's rounding of the result
+        # three items an output, compensated: the cancellation a plain float32 sum would
+        # lose, (1e8 + v) - 1e8, kept to float32's rounding of the result
         v = rng.uniform(1, 2, 50).astype(np.float32)
         three = np.stack([np.full(50, 1e8, np.float32), v, np.full(50, -1e8, np.float32)])
         got = host(cufold.mean(cuda.to_device(three), axis=0))

@@ -406,8 +406,8 @@ def mean(x, *, axis=None, keepdims=False, dtype=None, out=None, stream=None, alg
     """Arithmetic mean (float64 for integer input, as ``numpy.mean``). Example: ``cufold.mean(x)``.
 
     Accumulation: float64 for float32 input, except along an outer axis (``axis=0`` of a
-    C-contiguous matrix) of more than 3 items, where each thread folds a compensated (Kahan)
-    float32 sum before the float64 combine: within ``2 * eps32 * mean(|x|)`` of the exact mean (NumPy's own
+    C-contiguous matrix), where each thread folds a compensated (Kahan) float32 sum before
+    the float64 combine: within ``2 * eps32 * mean(|x|)`` of the exact mean (NumPy's own
     float32 mean: ``log2(n) * eps32 * mean(|x|)``). ``dtype=np.float64`` accumulates in
     float64 throughout.
 
