@@ -8,20 +8,15 @@ import sys
 
 import torch
 
-import cufold
 from cufold.device import axis as A
+from axis_cases import array, case
 from gpu_timing import gpu_us
 
 once = "--once" in sys.argv
-x = torch.rand(8192, 8192, device="cuda")
-y = torch.rand(64, 3, 65536, device="cuda")
-z = torch.rand(1 << 24, 4, device="cuda")
-CASES = [("z.sum(axis=0)", lambda: cufold.sum(z, axis=0), lambda: z.sum(0)),
-         ("z.max(axis=0)", lambda: cufold.max(z, axis=0), lambda: z.amax(0)),
-         ("x.mean(axis=0)", lambda: cufold.mean(x, axis=0), lambda: x.mean(0)),
-         ("x.sum(axis=0)", lambda: cufold.sum(x, axis=0), lambda: x.sum(0)),
-         ("y.mean(axis=1)", lambda: cufold.mean(y, axis=1), lambda: y.mean(1)),
-         ("y.max(axis=1)", lambda: cufold.max(y, axis=1), lambda: y.amax(1))]
+x, y, z = array("x"), array("y"), array("z")
+CASES = [case("z.sum(axis=0)", "sum", z, 0), case("z.max(axis=0)", "max", z, 0),
+         case("x.mean(axis=0)", "mean", x, 0), case("x.sum(axis=0)", "sum", x, 0),
+         case("y.mean(axis=1)", "mean", y, 1), case("y.max(axis=1)", "max", y, 1)]
 
 
 for name, mine, theirs in CASES:

@@ -8,22 +8,15 @@ any kernel compiles; prints the GPU time of outer-axis reductions next to torch'
 """
 import sys
 
-import torch
-
-import cufold
+from axis_cases import array, case
 from cufold.device import axis as A
 from gpu_timing import gpu_us
 
 A.MIN_BLOCKS, A.UNROLL_SMALL = int(sys.argv[1]), int(sys.argv[2])
-x = torch.rand(8192, 8192, device="cuda")
-z = torch.rand(1 << 24, 4, device="cuda")
-CASES = [("z.sum(0)", lambda: cufold.sum(z, axis=0), lambda: z.sum(0)),
-         ("z.max(0)", lambda: cufold.max(z, axis=0), lambda: z.amax(0)),
-         ("x.sum(0)", lambda: cufold.sum(x, axis=0), lambda: x.sum(0)),
-         ("x.mean(0)", lambda: cufold.mean(x, axis=0), lambda: x.mean(0)),
-         ("x.max(0)", lambda: cufold.max(x, axis=0), lambda: x.amax(0)),
-         ("x[::2].mean(0)", lambda: cufold.mean(x[::2], axis=0), lambda: x[::2].mean(0)),
-         ("x.argmax(0)", lambda: cufold.argmax(x, axis=0), lambda: x.argmax(0))]
+x, z = array("x"), array("z")
+CASES = [case("z.sum(0)", "sum", z, 0), case("z.max(0)", "max", z, 0), case("x.sum(0)", "sum", x, 0),
+         case("x.mean(0)", "mean", x, 0), case("x.max(0)", "max", x, 0),
+         case("x[::2].mean(0)", "mean", x[::2], 0), case("x.argmax(0)", "argmax", x, 0)]
 
 
 cells = []

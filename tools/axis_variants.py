@@ -9,10 +9,11 @@ cap), each timed on inputs rotated through more memory than L2.
 import statistics
 import sys
 
+import numpy as np
 import torch
 
-import cufold
 import cufold.device as D
+from axis_cases import REDUCTIONS, array
 from cufold.device import axis as A
 from cufold.host import programs as P
 
@@ -21,28 +22,15 @@ FORCE = {}                       # field -> value, applied to the planner's colu
 
 
 def forced(layout, lim):
+    """The planner's schedule, its columns ones with FORCE's ``ty``, ``per`` and ``grid``."""
     s = _schedule(layout, lim)
     if s.kernel != "columns" or not FORCE:
         return s
+    m = int(np.prod([d[0] for d in layout.keep], dtype=np.int64))
+    k = int(np.prod([d[0] for d in layout.red], dtype=np.int64))
     ty = FORCE.get("ty", s.ty)
-    tx = s.nt // ty
-    per = FORCE.get("per", 1 if ty > 1 else s.per)
-    m = 1
-    for d in layout.keep:
-        m *= d[0]
-    k = 1
-    for d in layout.red:
-        k *= d[0]
-    tiles = -(-m // (tx * per))
-    split = 1
-    if tiles < lim.blocks:
-        split = min(-(-lim.blocks // tiles), max(1, k // (ty * lim.min_items)), lim.max_split)
-    chunk = -(-k // split)
-    split = -(-k // chunk)
-    grid = max(1, min(tiles * split, lim.blocks * 32))
-    if "grid" in FORCE:
-        grid = min(grid, FORCE["grid"])
-    return s._replace(tx=tx, ty=ty, per=per, split=split, chunk=chunk, grid=grid)
+    f = A.columns_schedule(m, k, ty, FORCE.get("per", 1 if ty > 1 else s.per), lim)
+    return f._replace(grid=min(f.grid, FORCE.get("grid", f.grid)))
 
 
 A.schedule = forced
@@ -72,19 +60,15 @@ def rotating_us(fn, inputs, reps=24, batches=5):
     return statistics.median(times)
 
 
-def copies(make, nbytes_total=400 << 20):
-    x = make()
+def copies(name, nbytes_total=400 << 20):
+    """Tensors of base ``name`` filling ``nbytes_total`` (at least 2): more than L2."""
+    x = array(name)
     n = max(2, -(-nbytes_total // (x.numel() * x.element_size())))
-    return [x] + [make() for _ in range(n - 1)]
+    return [x] + [array(name) for _ in range(n - 1)]
 
 
-y = copies(lambda: torch.rand(64, 3, 65536, device="cuda"))
-z = copies(lambda: torch.rand(1 << 24, 4, device="cuda"))
-x = copies(lambda: torch.rand(8192, 8192, device="cuda"))
-SUM = (cufold.sum, lambda a, ax: a.sum(ax))
-MAX = (cufold.max, lambda a, ax: a.amax(ax))
-MEAN = (cufold.mean, lambda a, ax: a.mean(ax))
-ARGMAX = (cufold.argmax, lambda a, ax: a.argmax(ax))
+y, z, x = copies("y"), copies("z"), copies("x")
+SUM, MAX, MEAN, ARGMAX = (REDUCTIONS[r] for r in ("sum", "max", "mean", "argmax"))
 CASES = [
     ("z.sum(0)", z, 0, SUM, [{}, {"ty": 128}]),
     ("z.max(0)", z, 0, MAX, [{}]),

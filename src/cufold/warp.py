@@ -103,12 +103,14 @@ def lane_info(width):
 
 
 @functools.lru_cache(maxsize=None, typed=True)
-def _reduce_down(op, vt, width):
+def _reduce_down(op, vt, width, stride=1):
     """The shfl_down tree with ascending offsets: after it, each lane holds the
     reduction of its own value and the next lanes up to (excluding) ``limit``.
 
     Ascending offsets keep operands in lane order, so only associativity is
     needed; the ``limit`` guard serves full, partial and segmented warps alike.
+    ``stride`` > 1: the ``width`` logical lanes are ``stride`` physical lanes apart
+    (``stride`` interleaved trees in one warp, as a block's column of threads).
     """
     combine = op.combine(vt)
     shfl_down = vt.shuffle("down")
@@ -117,7 +119,7 @@ def _reduce_down(op, vt, width):
     def reduce_down(value, logical, mask, limit):
         offset = 1
         while offset < width:
-            other = shfl_down(mask, value, offset)
+            other = shfl_down(mask, value, offset * stride)
             if logical + offset < limit:
                 value = combine(value, other)
             offset *= 2

@@ -205,6 +205,11 @@ def _pow2_at_least(n):
     return p
 
 
+def _pow2_at_most(n):
+    """The largest power of two <= ``n`` (1 for ``n`` < 2)."""
+    return max(1, _pow2_at_least(n + 1) // 2)
+
+
 #: How a layout runs: kernel 'rows' or 'columns'; rows: ``group`` threads per output
 #: chunk; columns: ``tx`` x ``ty`` threads a block; ``split`` chunks per output (1: none),
 #: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block; columns with
@@ -240,18 +245,24 @@ def schedule(layout, lim):
     # columns of 64 items: 4 threads a column 19.1 us, 1 thread 16.6; along (0, 1), 65536
     # columns: 8 threads 18.2 us, 2 threads 15.6; torch 17.1 and 16.4).
     inner = layout.keep[-1][0]
-    fill = max(1, lim.resident * nt // m)
     ty = min(nt // min(32, _pow2_at_least(inner)), _pow2_at_least(-(-k // lim.min_items)),
-             _pow2_at_least(fill + 1) // 2)
+             _pow2_at_most(lim.resident * nt // m))
     tx = nt // ty
     # A column of a few items (one thread each) costs more in finding its place than in
     # reading it: give a thread two neighbouring outputs (one unravel for both) where the
     # tiles still fill the GPU. Not four: a warp's load then spans 512 bytes for 128 used,
     # each sector fetched by four loads (H200, y.sum(axis=1) of (64, 3, 65536): 1 output a
     # thread 50.8 us, 2 25.5, 4 30.3; torch 25.9).
-    per = 1
-    if ty == 1 and inner % 2 == 0 and m // (tx * 2) >= lim.blocks:
-        per = 2
+    per = 2 if ty == 1 and inner % 2 == 0 and m // (tx * 2) >= lim.blocks else 1
+    return columns_schedule(m, k, ty, per, lim)
+
+
+def columns_schedule(m, k, ty, per, lim):
+    """The 'columns' Schedule of ``m`` outputs of ``k`` items each, ``ty`` threads along
+    the reduced axis (``lim.nt // ty`` columns a block) and ``per`` outputs a thread: split
+    across blocks where the column tiles do not fill the GPU."""
+    nt = lim.nt
+    tx = nt // ty
     tiles = -(-m // (tx * per))
     split = 1
     if tiles < lim.blocks:
@@ -622,12 +633,12 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
     nt = tx * ty
     outputs = per                      # (the kernel's own ``per`` is another)
     shared = block.temp_storage(acc_vt, nt)
-    FULL = np.uint32(0xFFFFFFFF)
+    full = np.uint32(warp.FULL_MASK)
 
     # A column's ty threads: wy of them in each warp (lanes tx apart), ty // wy warps.
     wy = max(1, warp.WARP_SIZE // tx)
     groups = ty // wy
-    shfl_down = acc_vt.shuffle("down")
+    reduce_down = warp._reduce_down(spec.op, acc_vt, wy, tx)
 
     @cuda.jit(device=True)
     def tree(value, temp, x, y, valid):
@@ -636,12 +647,9 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
         barriers, where a tree through shared memory took two a level (and its
         loop-invariant addresses, hoisted by the compiler, made z.sum(axis=0)'s split
         kernel spill 35 words a thread across the fold)."""
-        offset = 1
-        while offset < wy:           # ascending offsets keep y order
-            other = shfl_down(FULL, value, offset * tx)
-            if y % wy + offset < wy and y + offset < valid:
-                value = combine(value, other)
-            offset *= 2
+        if wy > 1:
+            yw = y % wy
+            value = reduce_down(value, yw, full, min(wy, valid - y + yw))
         if groups > 1:
             g = y // wy
             if y % wy == 0:
