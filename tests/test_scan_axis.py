@@ -403,6 +403,106 @@ def test_columns_with_a_tiles_spine(rng, monkeypatch):
     np.testing.assert_array_equal(got, 7 + np.cumsum(xt, axis=1) - xt)
 
 
+# --- the column tiles: a look-back down each strip of columns ----------------------------------------
+
+@pytest.mark.parametrize("shape,reverse", [((1100, 3), False), ((61, 20), True), ((100, 16), False)])
+def test_column_tiles_against_loop(rng, shape, reverse):
+    """Few long columns: the single-pass column tiles (many tiles down each strip;
+    C not a power of two; several strips), a non-commutative operator without an
+    identity, exclusive from init; and the same through ``reduce_then_scan``'s
+    3-launch form. (Tiles are 8 columns wide at most.)"""
+    a = rng.choice(np.array([-1, 1], np.int64), shape)
+    b = rng.integers(-3, 4, shape).astype(np.int64)
+    d = to_device((a, b))
+    lay = scan_axis.plan_layout(shape, (shape[1], 1), (shape[1], 1), 0, reverse)
+    assert lay.kind == "columns"
+    for algorithm in (None, "reduce_then_scan"):
+        got = to_host(cufold.inclusive_scan(d, AFFINE, axis=0, reverse=reverse, algorithm=algorithm))
+        want = affine_loop(a, b, 0, reverse)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    got = to_host(cufold.exclusive_scan(d, AFFINE, init=(1, 2), axis=0, reverse=reverse))
+    want = affine_loop(a, b, 0, reverse, init=(1, 2))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_column_tiles_strip_order(rng, monkeypatch):
+    """Tickets taking every chunk of a strip before the next strip (COLUMN_TILE_ORDER)."""
+    monkeypatch.setattr(scan_axis, "COLUMN_TILE_ORDER", "strips")
+    x = rng.integers(-9, 9, (67, 19)).astype(np.int32)
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(to_device(x), axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("stop,kind", [(0, "inclusive"), (10, "exclusive"), (40, "inclusive"), (69, "inclusive")])
+def test_column_tiles_look_back_windows(rng, stop, kind):
+    """The last tile (70) of a strip of 3 columns looks back over tiles 69..0, 32 at
+    a time, a column at a time (each column's states together: ``x*71 + tile``).
+    Every tile above has published its column totals only (the simulator runs
+    blocks in order, so an end-to-end test finds a prefix at once) except
+    ``stop``, which published its columns' inclusive prefixes: each column's carry is
+    that prefix and the totals after it, in order; what lies before ``stop``
+    (garbage here) is never read."""
+    from cufold.device import scan as S
+    from cufold.values import ValueType
+    vt = ValueType.of((np.int64, np.int64))
+    tiles, epoch, init = 71, 5, (1, 2)
+    tc, ty, per = scan_axis._column_tiles(scan_axis.Layout("columns", 1, 10**6, 3, None, None), vt, vt)[:3]
+    rows = ty * per
+    length = tiles * rows
+    ga = rng.choice(np.array([-1, 1], np.int64), (1, length, 3))
+    gb = rng.integers(-3, 4, (1, length, 3)).astype(np.int64)
+    assert S.state_layout("packed", vt, vt) == "wide"
+    flags = np.full(tc * tiles, epoch << 2 | S.AGGREGATE, np.uint32)
+    aggs = tuple(np.full(tiles * tc, 1234567, np.int64) for _ in range(2))
+    pres = tuple(np.full(tiles * tc, 99, np.int64) for _ in range(2))
+    want_before = []
+    for x in range(tc):
+        flags[x * tiles + stop] = epoch << 2 | S.PREFIX
+        flags[x * tiles + tiles - 1] = (epoch - 1) << 2 | S.PREFIX     # an older epoch's flag reads as EMPTY
+        acc = (int(rng.choice([-1, 1])), int(rng.integers(-9, 9)))
+        pres[0][x * tiles + stop], pres[1][x * tiles + stop] = acc
+        for j in range(stop + 1, tiles - 1):
+            v = (int(rng.choice([-1, 1])), int(rng.integers(-3, 4)))
+            aggs[0][x * tiles + j], aggs[1][x * tiles + j] = v
+            acc = _affine(acc, v)
+        want_before.append(acc)
+    counter = np.array([epoch << 32 | (tiles - 1)], np.uint64)   # this block draws the last ticket
+    poison = -777777
+    outs = tuple(cuda.to_device(np.full((1, length, 3), poison, np.int64)) for _ in range(2))
+    d_flags = cuda.to_device(flags)
+    d_aggs, d_pres = tuple(map(cuda.to_device, aggs)), tuple(map(cuda.to_device, pres))
+    fn = scan_axis.column_tiles_kernel(AFFINE, vt, vt, vt, kind, tc, ty, per, "wide", "volatile")
+    cuda.jit(fn)[1, tc * ty]((cuda.to_device(ga), cuda.to_device(gb)), outs, tiles, 1, 1, tiles,
+                             cuda.to_device(counter), (d_flags, d_flags.view(np.float32)), d_aggs, d_pres, init,
+                             kind == "exclusive")
+    got = tuple(o.copy_to_host() for o in outs)
+    last = slice((tiles - 1) * rows, length)
+    for x in range(3):
+        acc = _affine(init, want_before[x]) if kind == "exclusive" else want_before[x]
+        want = []
+        for i in range(last.start, length):
+            item = (int(ga[0, i, x]), int(gb[0, i, x]))
+            if kind == "exclusive":
+                want.append(acc)
+                acc = _affine(acc, item)
+            else:
+                acc = _affine(acc, item)
+                want.append(acc)
+        np.testing.assert_array_equal(got[0][0, last, x], [w[0] for w in want])
+        np.testing.assert_array_equal(got[1][0, last, x], [w[1] for w in want])
+        total = want_before[x]
+        for i in range(last.start, length):
+            total = _affine(total, (int(ga[0, i, x]), int(gb[0, i, x])))
+        h_pres = tuple(p.copy_to_host() for p in d_pres)
+        assert (h_pres[0][x * tiles + tiles - 1], h_pres[1][x * tiles + tiles - 1]) == total  # inclusive published
+        assert d_flags.copy_to_host()[x * tiles + tiles - 1] == epoch << 2 | S.PREFIX
+    assert (got[0][0, :last.start] == poison).all()                # no other tile's rows written
+
+
 # --- the pair tile states (8-byte accumulators, pairs of 4-byte fields) ------------------------
 
 def test_pair_states_layouts(rng):
@@ -461,10 +561,21 @@ def test_gpu_long_rows_and_columns(rng):
         got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=1, reverse=reverse))
         want = affine_loop(a, b, 1, reverse)
         np.testing.assert_array_equal(got[1], want[1])
-    c = rng.integers(-100, 100, (1 << 16, 3)).astype(np.int32)                  # columns: a tiles spine
+    c = rng.integers(-100, 100, (1 << 16, 3)).astype(np.int32)    # columns: tiles down a strip; a tiles spine
     for reverse in (False, True):
-        got = to_host(cufold.cumsum(to_device(c), axis=0, reverse=reverse))
-        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), c, 0, reverse))
+        for algorithm in (None, "reduce_then_scan"):
+            got = to_host(cufold.cumsum(to_device(c), axis=0, reverse=reverse, algorithm=algorithm))
+            np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), c, 0, reverse))
+    a = rng.choice(np.array([-1, 1], np.int64), (200_003, 5))                   # column tiles, not commutative
+    b = rng.integers(-3, 4, (200_003, 5)).astype(np.int64)
+    want = affine_loop(a, b, 0, False)
+    d = to_device((a, b))
+    for _ in range(3):                                                          # a race shows as a mismatch
+        got = to_host(cufold.inclusive_scan(d, AFFINE, axis=0))
+        np.testing.assert_array_equal(got[1], want[1])
+    w = rng.integers(-100, 100, (3001, 1000)).astype(np.int32)                 # many strips of 32 columns
+    np.testing.assert_array_equal(to_host(cufold.exclusive_scan(to_device(w), init=5, axis=0, dtype=np.int64)),
+                                  5 + np.cumsum(w, axis=0) - w)
     f = rng.integers(-2, 3, (1 << 20, 16)).astype(np.float32)                   # the bench's shapes, exact
     for axis in (0, 1):
         np.testing.assert_array_equal(to_host(cufold.cumsum(to_device(f), axis=axis)), np.cumsum(f, axis=axis))

@@ -6,14 +6,13 @@ cap), each timed on inputs rotated through more memory than L2.
     PYTHONPATH=src python tools/axis_variants.py            # every case
     PYTHONPATH=src python tools/axis_variants.py z y.sum    # cases whose name starts so
 """
-import statistics
 import sys
 
 import numpy as np
-import torch
 
 import cufold.device as D
 from axis_cases import REDUCTIONS, array
+from gpu_timing import rotating_us
 from cufold.device import axis as A
 from cufold.host import programs as P
 
@@ -41,23 +40,7 @@ def fresh():
     for r in vars(D).values():
         if isinstance(r, D._Reduction):
             r.programs = P.Programs(r._plan, "cufold." + r.name, 1024)
-    D._by_op.__init__(256)
-
-
-def rotating_us(fn, inputs, reps=24, batches=5):
-    """GPU time per call of ``fn(x)`` over ``inputs`` in turn (queued behind a sleep)."""
-    fn(inputs[0])
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(batches):
-        torch.cuda._sleep(20_000_000)
-        s.record()
-        for i in range(reps):
-            fn(inputs[i % len(inputs)])
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / reps)
-    return statistics.median(times)
+    D._by_op.clear()
 
 
 def copies(name, nbytes_total=400 << 20):

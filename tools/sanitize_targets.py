@@ -113,6 +113,12 @@ for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000,
           cufold.cumsum(cuda.to_device(h), axis=axis, reverse=True).copy_to_host(),
           np.flip(np.cumsum(np.flip(h, axis), axis=axis), axis))
 check("cumsum int32 -> int64", cufold.cumsum(d, dtype=np.int64).copy_to_host(), np.cumsum(x, dtype=np.int64))
+# axis 0 of few columns: the column tiles' look-back (exclusive from init), and reduce_then_scan's 3 launches
+h = rng.integers(-9, 9, (50000, 5)).astype(np.int32)
+check("exclusive_scan (50000, 5) axis=0 init=3 (column tiles)",
+      cufold.exclusive_scan(cuda.to_device(h), init=3, axis=0).copy_to_host(), 3 + np.cumsum(h, axis=0) - h)
+check("cumsum (50000, 5) axis=0 reduce_then_scan",
+      cufold.cumsum(cuda.to_device(h), axis=0, algorithm="reduce_then_scan").copy_to_host(), np.cumsum(h, axis=0))
 # transform= fused into the axis scans' loads (segments, lanes, tiles, columns), reversed too; zipped inputs
 for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000, 8), 0), ((700, 300), 0)]:
     h = rng.integers(-9, 9, shape).astype(np.float32)

@@ -697,9 +697,12 @@ def _tile_io(op, in_vt, acc_vt, out_vt, tile, hints="plain", transform=None):
 # identity); see ``_first``.
 
 @functools.lru_cache(maxsize=None)
-def _look_back(op, acc_vt, layout="wide", poll="volatile"):
+def _look_back(op, acc_vt, layout="wide", poll="volatile", published=False):
     """Decoupled look-back (single_pass); ``layout`` and ``poll`` as in
-    :func:`_tile_states` and :func:`_state_reader`.
+    :func:`_tile_states` and :func:`_state_reader`. ``published``: the caller has
+    already published the tile's aggregate (tile 0: its prefix), as a block that
+    looks back over several states in turn must before the first (a successor
+    waits for every state of its window to be published).
 
     Forward progress: a tile waits only on earlier tiles, and tile ids go to
     blocks in the order they start (the ticket), so every tile waited on
@@ -728,10 +731,10 @@ def _look_back(op, acc_vt, layout="wide", poll="volatile"):
         tile, lb, drawn, init, has_init, stash = state
         lane = cuda.laneid
         if tile == 0:
-            if lane == 0:                        # the first tile's prefix is its aggregate
+            if lane == 0 and not published:      # the first tile's prefix is its aggregate
                 publish(lb, 0, np.uint32(drawn[1]), PREFIX, aggregate)
             return init
-        if lane == 0:                            # publish the aggregate at once
+        if lane == 0 and not published:          # publish the aggregate at once
             publish(lb, tile, np.uint32(drawn[1]), AGGREGATE, aggregate)
         exclusive = aggregate
         top = tile - 1                           # the predecessor lane 31 looks at
@@ -1556,11 +1559,12 @@ def _plan_scan(arrs, given, is_tuple, op, init, dtype, algorithm, total, kind, n
                          init_value, has_init, None)
         else:
             var = variant()
-            nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, out_vt, var)
+            nbytes = _sa.scratch_bytes(b, lay, op, src_vt, acc_vt, out_vt, var, algorithm)
             ws = _launch.workspace(b.device_id, b.stream, nbytes)[1]
             views = _sa.segment_windows if lay.kind == "segments" else _sa.windows
             _sa.add_launches(b, lay, op, src_vt, acc_vt, out_vt, kind, views(src, lay.inp, lay),
-                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var, tf)
+                             views(outs, lay.out, lay), acc_vt.make(init_value), has_init, ws, 0, var, tf,
+                             algorithm)
     fields = out_vt.arity
     pack = tuple if out_vt.is_tuple else _only
     if given:                                    # the totals come first (then any gather target)
@@ -1615,7 +1619,9 @@ def inclusive_scan(x, op=plus, *, axis=None, reverse=False, dtype=None, out=None
         for small inputs, else ``single_pass``). For floating-point results
         that are bitwise reproducible from run to run, ask for
         ``"reduce_then_scan"`` (see the module doc). Scans of several lines
-        choose their kernel by shape.
+        choose their kernel by shape; where that is a look-back down long
+        columns (``axis=0`` of a C-order matrix of few columns),
+        ``"reduce_then_scan"`` takes the 3-launch form with a fixed order.
     total : also return the reduction of all of ``x`` (0-d device array(s)),
         from the same pass (scans of the whole array only).
     transform : a function of one item (of the tuple of items for tuple inputs:

@@ -46,18 +46,22 @@ tiles        the scanned axis has the smaller stride,    ``tiles``: the single-p
                                                          of decoupled look-backs (each row
                                                          its own range of tile states; the
                                                          ticket order is row-major)
-columns      a batch dimension has the smaller stride    ``columns``: a thread per
-             (``axis=0`` of a C-order matrix)            (column, chunk), threads along the
-                                                         contiguous batch dimension
-                                                         (coalesced), a running carry down
-                                                         the chunk, COLUMN_UNROLL loads in
-                                                         flight. With few columns the rows
-                                                         split into chunks: *upsweep* (each
-                                                         chunk's fold), a row scan of the
-                                                         fold (lanes or tiles, in place),
-                                                         *downsweep* (each chunk after its
-                                                         carry): 3 launches, the input read
-                                                         twice
+columns      a batch dimension has the smaller stride    columns enough to fill the GPU:
+             (``axis=0`` of a C-order matrix)            ``columns``, a thread per column,
+                                                         threads along the contiguous batch
+                                                         dimension (coalesced), a running
+                                                         carry, COLUMN_UNROLL loads in
+                                                         flight. Fewer (long) columns:
+                                                         ``column_tiles``, one pass: tiles of
+                                                         8 columns x 512 rows, a look-back
+                                                         down each column (a warp a column).
+                                                         ``algorithm="reduce_then_scan"``:
+                                                         chunks of ``columns`` instead,
+                                                         *upsweep* (each chunk's fold), a
+                                                         row scan of the folds (lanes or
+                                                         tiles, in place), *downsweep*: 3
+                                                         launches, the input read twice, a
+                                                         fixed order of operations
 ===========  ==========================================  ==================================
 
 Views whose batch dimensions do not merge into two groups (permutations of 4 or
@@ -109,6 +113,13 @@ ROWS_PER_LANE = 4
 COLUMN_UNROLL = 8
 #: The columns kernel splits a column into chunks of at least this many items.
 COLUMN_MIN_CHUNK = 16
+#: Columns a tile of the column-tiles kernel covers, at most: a warp of the block's 8
+#: looks back down each (with 16 or 32, a warp took 2 or 4 in turn: 1.6-1.9x the time
+#: on an H200, tools/colscan_probe.py).
+COLUMN_TILE_WIDTH = 8
+#: The order tickets take the column tiles in: ``chunks`` (a chunk of rows of every strip,
+#: then the next) or ``strips`` (every chunk of a strip, then the next strip).
+COLUMN_TILE_ORDER = "chunks"
 FULL_MASK = 0xFFFFFFFF
 
 #: The 3-D form of a scan: ``A`` rows of ``C`` columns of ``L`` items each;
@@ -547,6 +558,169 @@ def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll, transform=Non
     return scan_columns
 
 
+# --- column tiles: columns with a single-pass look-back down each strip -------------------------
+
+@functools.lru_cache(maxsize=None)
+def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, poll, order="chunks",
+                        transform=None):
+    """Kernel ``(xs, outs, tiles, strips, col_strips, chunks, counter, words, aggs, pres,
+    init, has_init)`` over 3-D ``(A, L, C)`` views whose columns (``C``, the smaller
+    stride) are scanned down ``L`` in one pass.
+
+    A tile is ``tc`` columns (a *strip*; ``strips = A * col_strips``) by ``ty *
+    per`` rows (``chunks`` tiles down a strip). Thread ``(y, x)`` (``tid = y*tc +
+    x``) loads ``per`` consecutive rows of column ``x`` (a warp's loads are rows of
+    ``tc`` neighbouring items: whole sectors) into shared memory, where only it reads
+    them again (item ``k`` at ``k*nt + tid``: no bank conflicts, and no register
+    holds an item across the look-back, so more blocks fit an SM). A warp a column
+    then scans the column's ``ty`` thread folds (shuffles), publishes the column's
+    state and looks back over the tiles above (:func:`.scan._look_back`, over that
+    column's tile states, which lie together: column ``k`` of the strips at states
+    ``k*chunks ..``), so a column's chain of tiles runs as a 1-D scan's does. Tiles go
+    to blocks by ticket, row-chunk major (ticket ``t`` is chunk ``t // strips`` of
+    strip ``t % strips``). A warp with several columns publishes them all before its
+    first look-back: a look-back waits until every state of its window is published,
+    so a state published after another column's look-back would chain the tiles one
+    after another. ``states``/``poll``: the look-back's layout
+    (:func:`.scan.state_layout`) and flag reads."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    # A thread's rows of its column: one address and a stride (not one address an item).
+    row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
+    view_in, load_in, _ = S._lane_io(in_vt, "stream")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    look_back = S._look_back(op, acc_vt, states, poll, published=True)
+    publish = S._tile_states(acc_vt, states, poll)[0]
+    words_a_tile = S.state_words(states)
+    packed = states in ("packed", "pair")
+    from_in = S._lane_io(S._storage_vt(acc_vt), "plain")[0]     # value arrays from an index on
+    stash_at = S._lane_io(acc_vt, "plain")[0]
+    drawn_ticket = S.drawn_ticket
+    by_chunks = order == "chunks"
+    g = min(32, ty)                                         # lanes of a column's scan
+    scan_lanes = warp.inclusive_scan(op, acc_vt, width=g)
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    nt = tc * ty
+    warps = nt // 32
+    items_storage = block.temp_storage(acc_vt, nt * per)    # the tile, each thread's items striped
+    scans_storage = block.temp_storage(acc_vt, nt)          # the threads' folds, then their carries
+    carry_storage = block.temp_storage(acc_vt, tc)          # each column's total, then its carry
+    stash_storage = block.temp_storage(acc_vt, 2 * warps)   # the look-back's stash, a pair a warp
+    dims = _dims(in_vt)
+    rows_per_tile = ty * per
+
+    if packed:
+        @cuda.jit(device=True, inline="always")
+        def column_states(words, aggs, pres, first):
+            return (words[0][first * words_a_tile:], words[1][first * words_a_tile:])
+    else:
+        @cuda.jit(device=True, inline="always")
+        def column_states(words, aggs, pres, first):
+            return (words[0][first:], words[1][first:], from_in(aggs, first), from_in(pres, first))
+
+    def scan_column_tiles(xs, outs, tiles, strips, col_strips, chunks, counter, words, aggs, pres, init,
+                          has_init):
+        items = items_storage()
+        scans = scans_storage()
+        carries = carry_storage()
+        stash = stash_storage()
+        drawn = drawn_ticket(counter, tiles)
+        t = drawn[0]
+        if by_chunks:
+            chunk = t // strips
+            strip = t - chunk * strips
+        else:
+            strip = t // chunks
+            chunk = t - strip * chunks
+        a = strip // col_strips
+        shape = dims(xs)
+        length, cols = shape[1], shape[2]
+        tid = cuda.threadIdx.x
+        x = tid % tc
+        y = tid // tc
+        first_col = (strip - a * col_strips) * tc
+        c = first_col + x
+        cc = min(c, cols - 1)                     # columns past the last: loaded, never stored
+        top_row = chunk * rows_per_tile
+        row0 = top_row + y * per
+        mine = min(max(length - row0, 0), per)    # this thread's rows inside the array
+        busy = min(ty, (length - top_row + per - 1) // per)   # threads of a column with rows
+        # (Unsigned indices: Numba adds no wraparound test for negative ones.)
+        column = row_in(xs, np.uint64(a), np.uint64(cc))
+        if mine == per:
+            mine_in = view_in(column, np.uint64(row0))
+            for k in range(per):
+                put(items, k * nt + tid, to_acc(load_in(mine_in, np.uint32(k))))
+        else:                                     # the last tile: rows past the end repeat the last
+            start = min(row0, length - 1)
+            last = np.uint32(length - 1 - start)
+            mine_in = view_in(column, np.uint64(start))
+            for k in range(per):
+                put(items, k * nt + tid, to_acc(load_in(mine_in, min(np.uint32(k), last))))
+        fold = get(items, tid)
+        for k in range(1, per):
+            if k < mine:
+                fold = combine(fold, get(items, k * nt + tid))
+        put(scans, tid, fold)
+        cuda.syncthreads()
+        # A warp a column: the column's threads in order (their carries within the tile, the
+        # tile's total), then the column's state published.
+        w = tid >> 5
+        lane = cuda.laneid
+        tag = np.uint32(drawn[1])
+        last_col = min(tc, cols - first_col)
+        for k in range(w, last_col, warps):
+            total = init
+            for base in range(0, ty, g):
+                if base < busy:                   # the same on every lane
+                    yy = base + (lane & (g - 1))
+                    inc = scan_lanes(get(scans, min(yy, busy - 1) * tc + k))
+                    before = shfl_up(FULL_MASK, inc, 1)
+                    if base > 0:
+                        inc = combine(total, inc)
+                        before = total if (lane & (g - 1)) == 0 else combine(total, before)
+                    if lane < g and 0 < yy < busy:
+                        put(scans, yy * tc + k, before)
+                    total = shfl_idx(FULL_MASK, inc, min(busy - 1 - base, g - 1))
+            if lane == 0:
+                put(carries, k, total)
+                publish(column_states(words, aggs, pres, (strip * tc + k) * chunks), chunk, tag,
+                        np.int32(S.PREFIX if chunk == 0 else S.AGGREGATE), total)
+        cuda.syncwarp(FULL_MASK)                  # lane 0's totals, for the look-backs
+        lane_stash = stash_at(stash, 2 * w)
+        for k in range(w, last_col, warps):
+            carry = look_back(get(carries, k), (chunk, column_states(words, aggs, pres, (strip * tc + k) * chunks),
+                                                drawn, init, has_init, lane_stash))
+            cuda.syncwarp(FULL_MASK)              # every lane has read the total
+            if lane == 0:
+                put(carries, k, carry)
+        cuda.syncthreads()
+        # The items after their carry: the tiles above, then this column's threads above.
+        have = exclusive or chunk > 0
+        carry = get(carries, x)
+        if y > 0 and y < busy:
+            inside = get(scans, tid)
+            carry = combine(carry, inside) if have else inside
+            have = True
+        if c < cols and mine > 0:
+            mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
+            for k in range(per):
+                if k < mine:
+                    v = get(items, k * nt + tid)
+                    if exclusive:
+                        store_out(mine_out, np.uint32(k), to_out(carry))
+                        carry = combine(carry, v)
+                    else:
+                        carry = combine(carry, v) if have else v
+                        have = True
+                        store_out(mine_out, np.uint32(k), to_out(carry))
+
+    return scan_column_tiles
+
+
 # --- gather (views that are not three merged groups) -----------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -614,13 +788,44 @@ def _column_chunks(b, lay):
     return chunk, -(-lay.L // chunk)
 
 
-def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
+def _columns_route(b, lay, algorithm):
+    """How a columns layout runs: 'one' (a thread per column walks all of it:
+    columns enough to fill the GPU), else 'tiles' (:func:`column_tiles_kernel`,
+    one pass), or 'spine' for ``algorithm="reduce_then_scan"`` (upsweep, a scan of
+    the chunk folds, downsweep: 3 launches, the input read twice, but a fixed
+    order of operations, so floating-point results are the same bits every run)."""
+    if _column_chunks(b, lay)[1] == 1:
+        return "one"
+    return "spine" if algorithm == "reduce_then_scan" else "tiles"
+
+
+def _column_tiles(lay, in_vt, acc_vt):
+    """``(tc, ty, per, col_strips, strips, tiles)`` of :func:`column_tiles_kernel` for
+    ``lay``: up to COLUMN_TILE_WIDTH columns a tile (the power of two >= C), the
+    block's other threads down the rows, ``per`` rows each (the scan tile's items
+    per thread, fewer for short columns)."""
+    from . import scan as S
+    tc = min(COLUMN_TILE_WIDTH, 1 << max(0, (lay.C - 1).bit_length()))
+    ty = _threads() // tc
+    per = max(1, min(S.tile_for(in_vt, acc_vt).vt, -(-lay.L // ty)))
+    col_strips = -(-lay.C // tc)
+    strips = lay.A * col_strips
+    return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
+
+
+def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var, algorithm=None):
     """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
     from . import scan as S
     if lay.kind == "columns":
-        chunks = _column_chunks(b, lay)[1]
-        if chunks == 1:
+        route = _columns_route(b, lay, algorithm)
+        if route == "one":
             return S._bytes(acc_vt, 1)
+        if route == "tiles":
+            if S.state_layout(var.states, acc_vt, in_vt) in ("packed", "pair"):
+                return 0                          # the states live in the look-back state
+            tc, tiles = _column_tiles(lay, in_vt, acc_vt)[0::5]
+            return 2 * S._bytes(S._storage_vt(acc_vt), tiles * tc)
+        chunks = _column_chunks(b, lay)[1]
         spine = Layout("segments" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
         return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
     if lay.kind == "tiles":
@@ -631,13 +836,14 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var):
 
 
 def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_init, ws, offset, var,
-                 transform=None):
+                 transform=None, algorithm=None):
     """Add the launches of a scan of layout ``lay`` (not 'flat') to builder ``b``:
     ``xs``/``outs`` are the 3-D views (:func:`windows`); ``init`` a value of
     ``acc_vt`` (an exclusive scan's start; any value for inclusive ones);
     ``ws``/``offset``: workspace to carve (:func:`scratch_bytes` bytes);
     ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into every
-    kernel's loads of ``xs`` (a spine of folds has none)."""
+    kernel's loads of ``xs`` (a spine of folds has none); ``algorithm``: the
+    caller's, which picks the columns route (:func:`_columns_route`)."""
     from . import scan as S
     tf = (transform,) if transform is not None else ()       # in launch keys (none: as before)
     rows = lay.A * lay.C
@@ -689,11 +895,32 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
                  (xs, outs, per_row, tiles, lay.C, st.counter, states, aggs, pres, init, has_init, totals))
         return
     # columns
+    route = _columns_route(b, lay, algorithm)
+    if route == "tiles":
+        tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
+        states = S.state_layout(var.states, acc_vt, in_vt)
+        slots = tiles * tc * S.state_words(states)
+        st = S.look_back_state(b.device_id, b.stream, slots)
+        b.guard(lambda: st.fits(slots))
+        if states in ("packed", "pair"):
+            words, aggs, pres = st.words, st.counter, st.counter
+        else:
+            sv = S._storage_vt(acc_vt)
+            words = st.flags
+            aggs, offset = S._carve(ws, offset, sv, tiles * tc)
+            pres, offset = S._carve(ws, offset, sv, tiles * tc)
+        b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll,
+                                     COLUMN_TILE_ORDER, transform),
+                 ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll,
+                  COLUMN_TILE_ORDER) + tf,
+                 tiles, tc * ty, (xs, outs, tiles, strips, col_strips, tiles // strips, st.counter, words, aggs,
+                                  pres, init, has_init))
+        return
     chunk, chunks = _column_chunks(b, lay)
     nt = _threads()
     work = rows * chunks
     grid = _grid(b, work, nt, 16)
-    if chunks == 1:
+    if route == "one":
         dummy, offset = S._carve(ws, offset, acc_vt, 1)
         parts = windows(dummy, (0, (0, 0, 0)), lay._replace(A=1, L=1, C=1))
         b.launch(columns_kernel(op, in_vt, acc_vt, out_vt, kind, "down", COLUMN_UNROLL, transform),

@@ -1,0 +1,71 @@
+"""Scans down few or many long columns (``cumsum(axis=0)`` of C-order float32): the column
+tiles with the planner's tile and with forced ones (columns a tile x rows a thread), the
+3-launch ``reduce_then_scan`` form and torch.cumsum (64 columns or more) beside; GPU time over rotated inputs and
+the percentage of the floor (read + write at ``--copy`` GB/s).
+
+    PYTHONPATH=src python tools/colscan_probe.py [--copy 4147] [--once]   # --once: one call each, for ncu
+"""
+import sys
+
+import torch
+
+from cufold.device import scan as S, scan_axis as SA
+import cufold
+from gpu_timing import rotating_us
+
+SHAPES = [(1 << 20, 16), (4096, 4096), (1 << 22, 4), (1 << 18, 64)]
+# (columns a tile, rows a thread); None: the planner's; "strips": the planner's, tickets strip by strip
+TILES = [None, "strips", (8, 32), (16, 16)]
+once = "--once" in sys.argv
+copy = float(sys.argv[sys.argv.index("--copy") + 1]) if "--copy" in sys.argv else 4147.0
+planned = SA._column_tiles
+
+
+def forced(tile):
+    def column_tiles(lay, in_vt, acc_vt):
+        if tile is None or tile == "strips":
+            return planned(lay, in_vt, acc_vt)
+        tc, per = min(tile[0], 1 << max(0, (lay.C - 1).bit_length())), tile[1]
+        ty = SA._threads() // tc
+        col_strips = -(-lay.C // tc)
+        strips = lay.A * col_strips
+        return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
+    return column_tiles
+
+
+def fresh():
+    S._programs_of_scans.clear()
+
+
+print("%-14s %-22s %9s %7s" % ("shape", "variant", "us", "%floor"))
+for shape in SHAPES:
+    n = shape[0] * shape[1]
+    count = max(2, -(-(256 << 20) // (4 * n)))               # inputs past the L2, rotated
+    xs = [torch.randn(shape, device="cuda") for _ in range(count)]
+    floor_us = 8 * n / copy / 1e3
+    runs = [] if shape[1] < 64 else [("torch", lambda x: torch.cumsum(x, 0))]   # (torch: 0.37 s for 16 columns)
+    runs.append(("reduce_then_scan", lambda x: cufold.cumsum(x, axis=0, algorithm="reduce_then_scan")))
+    for tile in TILES:
+        runs.append(("tiles %s" % ("planner" if tile is None else tile if tile == "strips" else "%dx%d" % tile),
+                     tile))
+    for name, how in runs:
+        if not callable(how):
+            SA._column_tiles = forced(how)
+            SA.COLUMN_TILE_ORDER = "strips" if how == "strips" else "chunks"
+            fresh()
+            fn = lambda x: cufold.cumsum(x, axis=0)
+        else:
+            fn = how
+        want = torch.cumsum(xs[0].double(), 0)
+        got = fn(xs[0])
+        err = ((got.double() - want).abs().max() / want.abs().max()).item()
+        if once:
+            torch.cuda.synchronize()
+            print("%-14s %-22s err %.1e" % ("x".join(map(str, shape)), name, err))
+            continue
+        us = rotating_us(fn, xs)
+        print("%-14s %-22s %9.1f %6.0f%%  err %.1e" % ("x".join(map(str, shape)), name, us, 100 * floor_us / us, err),
+              flush=True)
+    SA._column_tiles = planned
+    SA.COLUMN_TILE_ORDER = "chunks"
+    fresh()
