@@ -430,6 +430,25 @@ def test_activemask_and_lanemask_lt():
     check(lt, [(1 << (t % 32)) - 1 for t in range(n)], what="lanemask_lt")
 
 
+@cuda.jit
+def k_wait_for_flag(flag, out):
+    t = cuda.threadIdx.x
+    if t >= 32:                                   # warp 1 polls until warp 0 has set the flag
+        while cuda.atomic.add(flag, 0, 0) == 0:
+            cuda.nanosleep(100)
+    elif t == 0:
+        cuda.atomic.exch(flag, 0, 7)
+    out[t] = cuda.atomic.add(flag, 0, 0)
+
+
+def test_nanosleep_in_a_polling_loop():
+    """``cuda.nanosleep`` runs (on the GPU a pause hint; in the simulator a yield), and a
+    warp polling with it sees another warp's flag."""
+    flag, out = run(k_wait_for_flag, 1, 64, np.zeros(1, np.int32), np.zeros(64, np.int32))
+    check(out[32:], np.full(32, 7, np.int32))
+    assert flag[0] == 7
+
+
 def test_syncwarp():
     n = 64
     vals = np.arange(n, dtype=np.int64) ** 2

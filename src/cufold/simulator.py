@@ -48,6 +48,7 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -1009,10 +1010,17 @@ def fma(self, a, b, c):
     return np.float64(value) if kind is np.float64 else value
 
 
+def nanosleep(self, ns):
+    """``cuda.nanosleep``: a hint on the GPU (the warp may sleep up to ``ns``); here a
+    yield of the interpreter, so a polling thread lets the others run."""
+    time.sleep(0)
+
+
 _INTRINSICS = {
     f.__name__: f
     for f in tuple(_CACHE_HINTS) + (
         fma,
+        nanosleep,
         shfl_sync,
         shfl_up_sync,
         shfl_down_sync,
