@@ -39,6 +39,7 @@ def main():
     offsets = torch.linspace(0, x.numel(), 101, device=dev).to(torch.int64)
     arr = _arrays.describe(x)
     m2 = torch.rand(32, 32, device=dev)
+    m20 = torch.rand(1024, 1024, device=dev)
     keys = torch.randint(0, 100, (1 << 10,), device=dev).sort().values
     vals = torch.rand(1 << 10, device=dev, dtype=torch.float64)
     acc = torch.zeros(100, device=dev, dtype=torch.float64)
@@ -58,6 +59,10 @@ def main():
         ("torch.segment_reduce 100", lambda: torch.segment_reduce(x, "sum", offsets=offsets)),
         ("torch.sum(dim=1) 32x32", lambda: torch.sum(m2, 1)),
         ("cufold.sum(axis=1) 32x32", lambda: cufold.sum(m2, axis=1)),
+        ("torch.sum(dim=1) 1024x1024", lambda: torch.sum(m20, 1)),
+        ("cufold.sum(axis=1) 1024x1024", lambda: cufold.sum(m20, axis=1)),
+        ("torch.argmax(dim=1) 1024x1024", lambda: torch.argmax(m20, 1)),
+        ("cufold.argmax(axis=1) 1024x1024", lambda: cufold.argmax(m20, axis=1)),
         ("torch.argmax(dim=0) 32x32", lambda: torch.argmax(m2, 0)),
         ("cufold.argmax(axis=0) 32x32", lambda: cufold.argmax(m2, axis=0)),
         ("torch.index_add_", lambda: acc.index_add_(0, keys, vals)),

@@ -762,9 +762,12 @@ def allocator(like, shape, dtype, stream=None):
 
 #: Small torch results are carved from batch allocations (see :func:`small_results`):
 #: a batch holds at most SMALL_BATCH results and at most SMALL_BATCH_BYTES, and results
-#: of up to SMALL_RESULT_BYTES are carved.
+#: of up to SMALL_RESULT_BYTES are carved. A refill costs about 30 us on an H200 host, so a
+#: batch must hold many results: with 32 KiB, 4 KiB results (1024 floats) came 8 a batch
+#: and cost 4 us each; ``sum(axis=1)`` of (1024, 1024) took 20.8 us a call, 15.3 with
+#: 128 KiB (32 a batch), 14.8 with 256 KiB (torch 12.3; tools/host_costs.py).
 SMALL_BATCH = 256
-SMALL_BATCH_BYTES = 1 << 15
+SMALL_BATCH_BYTES = 1 << 17
 SMALL_RESULT_BYTES = 1 << 12
 _small_pools = {}
 _small_lock = threading.Lock()
