@@ -14,8 +14,9 @@ import cufold
 from gpu_timing import rotating_us
 
 SHAPES = [(1 << 20, 16), (4096, 4096), (1 << 22, 4), (1 << 18, 64)]
-# (columns a tile, rows a thread); None: the planner's; "strips": the planner's, tickets strip by strip
-TILES = [None, "strips", (8, 32), (16, 16)]
+# (columns a tile, rows a thread[, threads a block]); None: the planner's; "strips": the
+# planner's, tickets strip by strip
+TILES = [None, (16, 16), (8, 32), (16, 16, 512)]
 once = "--once" in sys.argv
 copy = float(sys.argv[sys.argv.index("--copy") + 1]) if "--copy" in sys.argv else 4147.0
 planned = SA._column_tiles
@@ -26,7 +27,7 @@ def forced(tile):
         if tile is None or tile == "strips":
             return planned(lay, in_vt, acc_vt)
         tc, per = min(tile[0], 1 << max(0, (lay.C - 1).bit_length())), tile[1]
-        ty = SA._threads() // tc
+        ty = (tile[2] if len(tile) > 2 else SA._threads()) // tc
         col_strips = -(-lay.C // tc)
         strips = lay.A * col_strips
         return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
@@ -46,8 +47,8 @@ for shape in SHAPES:
     runs = [] if shape[1] < 64 else [("torch", lambda x: torch.cumsum(x, 0))]   # (torch: 0.37 s for 16 columns)
     runs.append(("reduce_then_scan", lambda x: cufold.cumsum(x, axis=0, algorithm="reduce_then_scan")))
     for tile in TILES:
-        runs.append(("tiles %s" % ("planner" if tile is None else tile if tile == "strips" else "%dx%d" % tile),
-                     tile))
+        runs.append(("tiles %s" % ("planner" if tile is None else tile if tile == "strips" else
+                                   "x".join(map(str, tile))), tile))
     for name, how in runs:
         if not callable(how):
             SA._column_tiles = forced(how)
