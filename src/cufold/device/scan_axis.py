@@ -53,8 +53,10 @@ columns      a batch dimension has the smaller stride    columns enough to fill 
                                                          carry, COLUMN_UNROLL loads in
                                                          flight. Fewer (long) columns:
                                                          ``column_tiles``, one pass: tiles of
-                                                         8 columns x 512 rows, a look-back
-                                                         down each column (a warp a column).
+                                                         8 columns x 512 rows (4-byte items;
+                                                         256 rows for 8-byte ones), a look-
+                                                         back down each column (a warp a
+                                                         column).
                                                          ``algorithm="reduce_then_scan"``:
                                                          chunks of ``columns`` instead,
                                                          *upsweep* (each chunk's fold), a
