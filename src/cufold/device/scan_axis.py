@@ -258,6 +258,32 @@ def _local(vt, count):
     return cuda.jit(device=True, inline="always")(_codegen.build(src, "local_items", vt._env(), device=False))
 
 
+@functools.lru_cache(maxsize=None)
+def _states_from(acc_vt, layout):
+    """Device function ``(states, aggs, pres, first) -> lb``: the look-back states
+    (:func:`.scan._tile_states`' ``lb``) from tile ``first`` on, so that a row (the
+    tiles kernel) or a column (the column tiles) looks back over its own run of tiles
+    numbered from 0. ``layout``: 'packed' or 'pair' (state words only, ``states`` =
+    (words, words as float64)), else 'wide' (``states`` = (flags, flags as float32), and
+    the value arrays ``aggs`` and ``pres``)."""
+    from . import scan as S
+    if layout in ("packed", "pair"):
+        words = S.state_words(layout)
+
+        @cuda.jit(device=True, inline="always")
+        def words_from(states, aggs, pres, first):
+            return (states[0][first * words:], states[1][first * words:])
+
+        return words_from
+    from_in = S._lane_io(S._storage_vt(acc_vt), "plain")[0]      # value arrays from an index on
+
+    @cuda.jit(device=True, inline="always")
+    def flags_from(states, aggs, pres, first):
+        return (states[0][first:], states[1][first:], from_in(aggs, first), from_in(pres, first))
+
+    return flags_from
+
+
 # --- lanes: groups of G lanes per row ------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -428,10 +454,7 @@ def tiles_kernel(spec, spelling="slice"):
     dims = _dims(spec.in_vt)
     drawn_ticket = S.drawn_ticket
     by_ticket = spec.variant.ids == "ticket"
-    sv = S._storage_vt(spec.acc_vt)
-    from_in = S._lane_io(sv, "plain")[0]                  # value arrays from an index on
-
-    words = 2 if spec.variant.states == "pair" else 1      # state words a tile
+    row_states = _states_from(spec.acc_vt, spec.variant.states)
 
     @cuda.jit(device=True, inline="always")
     def start(drawn, per_row, cols):
@@ -439,15 +462,6 @@ def tiles_kernel(spec, spelling="slice"):
         row = ticket // per_row
         a = row // cols
         return row * per_row, ticket - row * per_row, a, row - a * cols
-
-    if spec.variant.states in ("packed", "pair"):
-        @cuda.jit(device=True, inline="always")
-        def row_states(states, aggs, pres, first):
-            return (states[0][first * words:], states[1][first * words:])
-    else:
-        @cuda.jit(device=True, inline="always")
-        def row_states(states, aggs, pres, first):
-            return (states[0][first:], states[1][first:], from_in(aggs, first), from_in(pres, first))
 
     def scan_rows_ticketed(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init,
                            totals):
@@ -577,10 +591,11 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     holds an item across the look-back, so more blocks fit an SM). A warp a column
     then scans the column's ``ty`` thread folds (shuffles), publishes the column's
     state and looks back over the tiles above (:func:`.scan._look_back`, over that
-    column's tile states, which lie together: column ``k`` of the strips at states
-    ``k*chunks ..``), so a column's chain of tiles runs as a 1-D scan's does. Tiles go
-    to blocks by ticket, row-chunk major (ticket ``t`` is chunk ``t // strips`` of
-    strip ``t % strips``). A warp with several columns publishes them all before its
+    column's tile states, which lie together: column ``x`` of strip ``s`` at states
+    ``(s*tc + x)*chunks ..``), so a column's chain of tiles runs as a 1-D scan's does.
+    Tiles go to blocks by ticket, row-chunk major (``order="chunks"``: ticket ``t`` is
+    chunk ``t // strips`` of strip ``t % strips``; ``"strips"``: strip ``t // chunks``,
+    measured slower). A warp with several columns publishes them all before its
     first look-back: a look-back waits until every state of its window is published,
     so a state published after another column's look-back would chain the tiles one
     after another. ``states``/``poll``: the look-back's layout
@@ -596,9 +611,7 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     get, put = acc_vt.load, acc_vt.store
     look_back = S._look_back(op, acc_vt, states, poll, published=True)
     publish = S._tile_states(acc_vt, states, poll)[0]
-    words_a_tile = S.state_words(states)
-    packed = states in ("packed", "pair")
-    from_in = S._lane_io(S._storage_vt(acc_vt), "plain")[0]     # value arrays from an index on
+    column_states = _states_from(acc_vt, states)
     stash_at = S._lane_io(acc_vt, "plain")[0]
     drawn_ticket = S.drawn_ticket
     by_chunks = order == "chunks"
@@ -613,15 +626,6 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     stash_storage = block.temp_storage(acc_vt, 2 * warps)   # the look-back's stash, a pair a warp
     dims = _dims(in_vt)
     rows_per_tile = ty * per
-
-    if packed:
-        @cuda.jit(device=True, inline="always")
-        def column_states(words, aggs, pres, first):
-            return (words[0][first * words_a_tile:], words[1][first * words_a_tile:])
-    else:
-        @cuda.jit(device=True, inline="always")
-        def column_states(words, aggs, pres, first):
-            return (words[0][first:], words[1][first:], from_in(aggs, first), from_in(pres, first))
 
     def scan_column_tiles(xs, outs, tiles, strips, col_strips, chunks, counter, words, aggs, pres, init,
                           has_init):
