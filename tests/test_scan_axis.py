@@ -427,9 +427,8 @@ def test_column_tiles_against_loop(rng, shape, reverse):
     np.testing.assert_array_equal(got[1], want[1])
 
 
-def test_column_tiles_strip_order(rng, monkeypatch):
-    """Tickets taking every chunk of a strip before the next strip (COLUMN_TILE_ORDER)."""
-    monkeypatch.setattr(scan_axis, "COLUMN_TILE_ORDER", "strips")
+def test_column_tiles_three_strips(rng):
+    """Three strips of columns (the last with 3 of its 8 columns), int32 summed as int64."""
     x = rng.integers(-9, 9, (35, 19)).astype(np.int32)
     for reverse in (False, True):
         got = to_host(cufold.cumsum(to_device(x), axis=0, reverse=reverse))

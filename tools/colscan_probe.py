@@ -14,8 +14,7 @@ import cufold
 from gpu_timing import rotating_us
 
 SHAPES = [(1 << 20, 16), (4096, 4096), (1 << 22, 4), (1 << 18, 64)]
-# (columns a tile, rows a thread[, threads a block]); None: the planner's; "strips": the
-# planner's, tickets strip by strip
+# (columns a tile, rows a thread[, threads a block]); None: the planner's
 TILES = [None, (16, 16), (8, 32), (16, 16, 512)]
 once = "--once" in sys.argv
 copy = float(sys.argv[sys.argv.index("--copy") + 1]) if "--copy" in sys.argv else 4147.0
@@ -24,13 +23,10 @@ planned = SA._column_tiles
 
 def forced(tile):
     def column_tiles(lay, in_vt, acc_vt):
-        if tile is None or tile == "strips":
+        if tile is None:
             return planned(lay, in_vt, acc_vt)
-        tc, per = min(tile[0], 1 << max(0, (lay.C - 1).bit_length())), tile[1]
-        ty = (tile[2] if len(tile) > 2 else SA._threads()) // tc
-        col_strips = -(-lay.C // tc)
-        strips = lay.A * col_strips
-        return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
+        tc = min(tile[0], 1 << max(0, (lay.C - 1).bit_length()))
+        return SA.column_tile_grid(lay, tc, (tile[2] if len(tile) > 2 else SA._threads()) // tc, tile[1])
     return column_tiles
 
 
@@ -47,12 +43,10 @@ for shape in SHAPES:
     runs = [] if shape[1] < 64 else [("torch", lambda x: torch.cumsum(x, 0))]   # (torch: 0.37 s for 16 columns)
     runs.append(("reduce_then_scan", lambda x: cufold.cumsum(x, axis=0, algorithm="reduce_then_scan")))
     for tile in TILES:
-        runs.append(("tiles %s" % ("planner" if tile is None else tile if tile == "strips" else
-                                   "x".join(map(str, tile))), tile))
+        runs.append(("tiles %s" % ("planner" if tile is None else "x".join(map(str, tile))), tile))
     for name, how in runs:
         if not callable(how):
             SA._column_tiles = forced(how)
-            SA.COLUMN_TILE_ORDER = "strips" if how == "strips" else "chunks"
             fresh()
             fn = lambda x: cufold.cumsum(x, axis=0)
         else:
@@ -68,5 +62,4 @@ for shape in SHAPES:
         print("%-14s %-22s %9.1f %6.0f%%  err %.1e" % ("x".join(map(str, shape)), name, us, 100 * floor_us / us, err),
               flush=True)
     SA._column_tiles = planned
-    SA.COLUMN_TILE_ORDER = "chunks"
     fresh()
