@@ -323,6 +323,64 @@ def test_short_columns_take_several_outputs_a_thread(rng, shape, axis, per, simu
     np.testing.assert_array_equal(host(got[1]), rb)
 
 
+@pytest.mark.parametrize("rows", [32, 2])
+def test_results_turned_through_shared_memory(rng, rows, simulator_limits, monkeypatch):
+    """Where the results run along another kept dimension than the input (x of (2, 20, 3,
+    40) viewed as (2, 3, 40, 20) along axis 1), tiles of outputs turn in shared memory
+    (``rows`` along the results' dimension: one partial tile, or several and a partial)."""
+    monkeypatch.setattr(axis_mod, "TRANSPOSED_ROWS", rows)
+    base_shape, perm = (2, 20, 3, 40), (0, 2, 3, 1)
+    strides = tuple(int(np.prod(base_shape[i + 1:])) for i in range(4))
+    shape, strides = tuple(base_shape[p] for p in perm), tuple(strides[p] for p in perm)
+    layout = axis_mod.plan_layout(shape, strides, (1,), True)
+    s = axis_mod.schedule(layout, axis_mod.limits(0))
+    assert (s.kernel, s.tb) == ("transposed", rows)
+    n = int(np.prod(base_shape))
+    d, x = strided_view(rng.integers(-50, 50, n).astype(np.int32), 0, shape, strides)
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.sum(d, axis=1)), x.sum(axis=1))
+    np.testing.assert_array_equal(host(cufold.argmax(d, axis=1, keepdims=True)), x.argmax(axis=1, keepdims=True))
+    m, v = cufold.mean_var(d, axis=1)
+    np.testing.assert_allclose(host(m), x.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(host(v), x.var(axis=1), rtol=1e-6)
+    f, xf = strided_view(rng.normal(1, 2, n).astype(np.float32), 0, shape, strides)
+    np.testing.assert_allclose(host(cufold.mean(f, axis=1)), xf.astype(np.float64).mean(axis=1), rtol=1e-5, atol=1e-6)
+    da, a = strided_view(rng.choice([-1, 1], n).astype(np.int64), 0, shape, strides)
+    db, bb = strided_view(rng.integers(-3, 4, n).astype(np.int64), 0, shape, strides)
+    got = cufold.reduce((da, db), AFFINE, axis=1, init=(1, 0))
+    ra, rb = _affine_fold(a, bb, (1,))
+    np.testing.assert_array_equal(host(got[0]), ra)
+    np.testing.assert_array_equal(host(got[1]), rb)
+
+
+@pytest.mark.parametrize("view", ["transposed", "permuted", "row_strided"])
+def test_long_rows_walked_row_by_row(rng, view, simulator_limits):
+    """Full reductions of views that do not collapse, whose rows give a thread at least
+    ROW_WALK_ITEMS items, take the row-by-row walk (one outer step a row, a chunk's first
+    and last rows partial); argmax/argmin's ties (few distinct values) go to NumPy's index."""
+    n = 2 * 3 * 1100
+    base = rng.integers(0, 6, n).astype(np.float32)
+    shape, strides, axes = {"transposed": ((1100, 6), (1, 1100), (0, 1)),
+                            "permuted": ((3, 1100, 2), (1100, 1, 3300), (0, 1, 2)),
+                            "row_strided": ((3, 1100), (2200, 1), (0, 1))}[view]
+    layout = axis_mod.plan_layout(shape, strides, axes, True, True)
+    s = axis_mod.schedule(layout, axis_mod.limits(0))
+    length = layout.red[-1][0]
+    assert s.kernel == "rows" and axis_mod.walks_by_rows(length, s.group, len(layout.red) - 1)
+    d, x = strided_view(base, 0, shape, strides)
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax())
+    np.testing.assert_array_equal(host(cufold.argmin(d)), x.argmin())
+    np.testing.assert_array_equal(host(cufold.sum(d)), x.astype(np.float64).sum())
+    np.testing.assert_allclose(host(cufold.mean(d)), x.astype(np.float64).mean(), rtol=1e-6)
+    ia, a = strided_view(rng.choice([-1, 1], n).astype(np.int64), 0, shape, strides)
+    ib, b = strided_view(rng.integers(-3, 4, n).astype(np.int64), 0, shape, strides)
+    got = cufold.reduce((ia, ib), AFFINE, init=(1, 0))      # (in C order: row_strided's walk)
+    ra, rb = _affine_fold(a, b, axes)
+    np.testing.assert_array_equal(host(got[0]), ra)
+    np.testing.assert_array_equal(host(got[1]), rb)
+
+
 @pytest.mark.parametrize("view", ["rows_strided", "cols_strided", "transposed"])
 def test_full_reduction_of_views_uses_every_block(rng, view, simulator_limits):
     """A full reduction of a view that does not collapse splits over blocks (never one warp)."""

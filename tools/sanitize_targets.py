@@ -72,6 +72,13 @@ for shape, axis in (((16, 65536), 1), ((65536, 8), 0), ((1000, 64), 1), ((64, 30
     check("axis %s axis=%d argmax" % (shape, axis), cufold.argmax(dh, axis=axis).copy_to_host(), h.argmax(axis=axis))
     check("axis %s axis=%d mean" % (shape, axis), cufold.mean(dh, axis=axis).copy_to_host(), h.mean(axis=axis),
           exact=False)
+# results turned through shared memory: (B, K, A) viewed as (K, A, B), along axis 0 (CuPy: a 3-D view)
+import cupy  # noqa: E402
+h = rng.integers(-9, 9, (64, 3, 20000)).astype(np.int32)   # 1250 tiles: fills an H100/H200
+hv = h.transpose(1, 2, 0)
+cv = cupy.asarray(h).transpose(1, 2, 0)
+check("axis turned tiles sum", cupy.asnumpy(cufold.sum(cv, axis=0)), hv.sum(axis=0))
+check("axis turned tiles argmax", cupy.asnumpy(cufold.argmax(cv, axis=0)), hv.argmax(axis=0))
 big = rng.integers(-9, 9, (1024, 1024)).astype(np.int32)
 dbig = cuda.to_device(big)
 check("full sum of x.T", cufold.sum(dbig.T).copy_to_host(), big.sum())

@@ -126,6 +126,8 @@ def _plan_text(shape, strides, axis, reduction, device_id):
         s = A.schedule(lay, A.limits(device_id))
         if s.kernel == "rows":
             return "rows g%d x%d" % (s.group, s.split), lay
+        if s.kernel == "transposed":
+            return "turn %dx%d" % (s.tx, s.tb), lay
         return "cols %dx%d x%d" % (s.tx, s.ty, s.split), lay
     except Exception as e:                       # noqa: BLE001 (a description only)
         return "? %s" % type(e).__name__, None

@@ -36,8 +36,15 @@ columns        a kept dimension has the smallest stride       ``columns``: a blo
                                                                kept dimension (coalesced), TY
                                                                along the reduced one (as many
                                                                as its items keep busy), combined
-                                                               in shared memory
+                                                               in shared memory; ``transposed``
+                                                               where the results run along
+                                                               another kept dimension: tiles of
+                                                               results turned in shared memory
+                                                               (whole sectors written)
 =============  ===========================================  ====================================
+
+A thread whose items span whole innermost rows (a full reduction of ``x.T`` or of a
+permuted array, ``x[::2]``) walks them row by row: the outer dimensions once a row.
 
 Both kernels split an output's reduced items over several blocks (or warps)
 when the outputs alone cannot fill the GPU: each writes its partial to the
@@ -59,6 +66,7 @@ axis; ``x[:, ::2]`` touches every sector (~64 us), ``x[::2]`` half (~32 us).
 
 import collections
 import functools
+import os
 
 import numpy as np
 from numba import config, cuda
@@ -213,8 +221,14 @@ def _pow2_at_most(n):
 #: How a layout runs: kernel 'rows' or 'columns'; rows: ``group`` threads per output
 #: chunk; columns: ``tx`` x ``ty`` threads a block; ``split`` chunks per output (1: none),
 #: ``chunk`` items per chunk, ``grid`` blocks, ``nt`` threads a block; columns with
-#: ``ty == 1``: ``per`` neighbouring outputs a thread.
-Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt per", defaults=(1,))
+#: ``ty == 1``: ``per`` neighbouring outputs a thread, or (``tb`` > 0) tiles of
+#: ``tx`` x ``tb`` outputs turned in shared memory (:func:`transposed_tile`).
+Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk grid nt per tb", defaults=(1, 0))
+
+#: The side of a transposed output tile: a warp's width along the input's contiguous
+#: kept dimension; ``TRANSPOSED_ROWS`` (a multiple of nt / 32) along the output's.
+TRANSPOSED_COLUMNS = int(os.environ.get("CUFOLD_TRANSPOSED_COLUMNS", "32"))
+TRANSPOSED_ROWS = int(os.environ.get("CUFOLD_TRANSPOSED_ROWS", "64"))
 
 
 def schedule(layout, lim):
@@ -254,7 +268,49 @@ def schedule(layout, lim):
     # each sector fetched by four loads (H200, y.sum(axis=1) of (64, 3, 65536): 1 output a
     # thread 50.8 us, 2 25.5, 4 30.3; torch 25.9).
     per = 2 if ty == 1 and inner % 2 == 0 and m // (tx * 2) >= lim.blocks else 1
+    if ty == 1:
+        tiled = transposed_tile(layout, m, lim)
+        if tiled:
+            return tiled
     return columns_schedule(m, k, ty, per, lim)
+
+
+def output_contiguous_dim(keep):
+    """The index in ``keep`` (a layout's kept dimensions, by falling input stride) of the
+    one the results run along (output stride 1), or None."""
+    for d, (n, s_in, s_out) in enumerate(keep):
+        if s_out == 1:
+            return d
+    return None
+
+
+def transposed_tile(layout, m, lim):
+    """The 'transposed' Schedule of ``layout`` (:func:`transposed_kernel`), or None where
+    it does not pay.
+
+    Where the kept dimension read coalesced (the input's contiguous one, A) is not the one
+    the results run along (B), a warp's 32 results land ``stride`` apart: each int64 in its
+    own 32-byte sector, (64, 3, 65536) permuted (1, 2, 0) along axis 0 wrote 4x its bytes
+    (argmax 120 us against torch's 102; float32 sum 65 us). A block instead folds a tile
+    of 32 along A x ``TRANSPOSED_ROWS`` along B, a thread a column at a time, keeps the
+    results in shared memory and writes them along B: whole sectors. Taken where A and B
+    are long enough to fill a tile's warps and the tiles alone fill the GPU (no split)."""
+    keep = layout.keep
+    b = output_contiguous_dim(keep)
+    if b is None or b == len(keep) - 1:
+        return None
+    n_a, _, a_out = keep[-1]
+    n_b = keep[b][0]
+    ta = min(TRANSPOSED_COLUMNS, lim.nt)
+    rows = lim.nt // ta
+    tb = max(rows, min(TRANSPOSED_ROWS, _pow2_at_least(n_b)) // rows * rows)
+    if a_out < 4 or n_a < ta // 2 or n_b < rows:
+        return None
+    tiles = (m // (n_a * n_b)) * -(-n_a // ta) * -(-n_b // tb)
+    if tiles < lim.blocks:
+        return None
+    k = int(np.prod([d[0] for d in layout.red], dtype=np.int64))
+    return Schedule("transposed", 0, ta, 1, 1, k, min(tiles, lim.blocks * 32), lim.nt, 1, tb)
 
 
 def columns_schedule(m, k, ty, per, lim):
@@ -327,8 +383,55 @@ def unroll_of(spec, items_per_thread):
     return max(2, min(base, items_per_thread))
 
 
+#: A thread walks its items row by row (:func:`_thread_fold`'s ``by_rows``) where it takes
+#: at least this many items of each innermost reduced row.
+ROW_WALK_ITEMS = 8
+
+
+def walks_by_rows(length, step, nd_outer):
+    """Whether a fold with ``step`` between a thread's items (1: a contiguous run) over
+    innermost reduced rows of ``length`` items goes row by row (see :func:`_thread_fold`)."""
+    return nd_outer > 0 and length >= ROW_WALK_ITEMS * step
+
+
 @functools.lru_cache(maxsize=None)
-def _thread_fold(spec, nd_outer, unroll):
+def _thread_fold(spec, nd_outer, unroll, by_rows=False):
+    """As :func:`_thread_fold_items`; ``by_rows`` (with outer dimensions): the items of each
+    innermost row at a time through the one-dimension fold, the outer dimensions walked
+    once a row, not once an item. A full argmax of a view that does not collapse (x.T, a
+    permuted 3-D array) spent ~25 instructions an item in the per-item walk (carries,
+    branches, the index): instruction-bound at a third of the bandwidth (H200)."""
+    if not by_rows or nd_outer == 0:
+        return _thread_fold_items(spec, nd_outer, unroll)
+    fold_row = _thread_fold_items(spec, 0, unroll)
+    outer_at = _unravel(nd_outer)
+
+    @cuda.jit(device=True)
+    def fold(state, have, xs, base, k, k_end, step, inner, outer_shape, outer_strides, outer_index_strides):
+        if k >= k_end:
+            return state, have
+        length = inner[0]
+        r = k // length
+        i = k - r * length
+        while k < k_end:
+            roff, ridx = outer_at(r, outer_shape, outer_strides, outer_index_strides)
+            i_end = min(length, i + (k_end - k))
+            state, have = fold_row(state, have, xs, base + roff, i, i_end, step,
+                                   (inner[0], inner[1], inner[2], inner[3] + ridx),
+                                   outer_shape, outer_strides, outer_index_strides)
+            taken = (i_end - i + step - 1) // step * step
+            k += taken
+            i += taken
+            rows = i // length
+            r += rows
+            i -= rows * length
+        return state, have
+
+    return fold
+
+
+@functools.lru_cache(maxsize=None)
+def _thread_fold_items(spec, nd_outer, unroll):
     """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
     outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
     ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
@@ -500,7 +603,7 @@ def _threads_with_items(count, threads, strided):
 # --- the kernels ----------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL):
+def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, by_rows=False):
     """Groups of ``group`` threads (1..32 lanes, or ``nt``: the block) reduce one
     (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
     partials the last group to arrive folds.
@@ -510,7 +613,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL):
     outs, init, has_init); ``inner``: (length, stride, index stride, index origin) of
     the innermost reduced dimension (see :func:`_thread_fold`); ``init``: the value
     folded in front where ``has_init``, else the projection's per-launch value (the count
-    of a ``"sum_mean"``)."""
+    of a ``"sum_mean"``); ``by_rows``: see :func:`_thread_fold`."""
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
@@ -518,7 +621,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL):
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc = acc_vt.store
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
-    fold = _thread_fold(spec, nd_outer, unroll)
+    fold = _thread_fold(spec, nd_outer, unroll, by_rows)
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
     whole_block = group == nt
@@ -745,6 +848,70 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
     return columns
 
 
+@functools.lru_cache(maxsize=None)
+def transposed_kernel(spec, nt, ta, tb, nd_keep, nd_outer, unroll=UNROLL_SMALL):
+    """Blocks of ``nt`` threads over tiles of ``ta`` outputs along the input's contiguous kept
+    dimension A (the last of ``keep_*``) x ``tb`` along the results' contiguous one B (the
+    one before it; the planner puts it there): each warp folds whole columns of a tile row
+    at a time (lanes along A: coalesced), the results go through shared memory, and the
+    threads write them along B (runs of ``tb``: whole sectors). Other kept dimensions (``keep_*[:-2]``) number
+    the tiles' outer index. Arguments as :func:`columns_kernel`'s (no split)."""
+    start, _, finish = _reduce_mod._protocol(spec)
+    combine = spec.op.combine(spec.acc_vt)
+    project = _reduce_mod.project_of(spec, per_launch=True)
+    load, store_out = spec.in_vt.load, spec.out_vt.store
+    tile_vt = spec.out_vt.plain
+    store_tile, load_tile = tile_vt.store, tile_vt.load
+    fold = _thread_fold(spec, nd_outer, unroll)
+    outer_at = _unravel(nd_keep - 2)
+    rows = nt // ta
+    pitch = ta + 1                      # a padded tile row: the column reads hit 32 banks
+    shared = block.temp_storage(tile_vt, tb * pitch)
+
+    def transposed(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+                   outer_strides, outer_index_strides, splits, chunk, partials, counters, outs, init, has_init):
+        tile = shared()
+        lane = cuda.threadIdx.x % ta
+        row = cuda.threadIdx.x // ta
+        n_a, a_in, a_out = keep_shape[nd_keep - 1], keep_in[nd_keep - 1], keep_out[nd_keep - 1]
+        n_b, b_in, b_out = keep_shape[nd_keep - 2], keep_in[nd_keep - 2], keep_out[nd_keep - 2]
+        tiles_a = (n_a + ta - 1) // ta
+        tiles = tiles_a * ((n_b + tb - 1) // tb)
+        work = m_count // (n_a * n_b) * tiles
+        w = np.int64(cuda.blockIdx.x)
+        while w < work:                              # uniform over the block
+            r = w // tiles
+            t = w - r * tiles
+            b0 = t // tiles_a * tb
+            a0 = (t - t // tiles_a * tiles_a) * ta
+            in_off, out_off = outer_at(r, keep_shape, keep_in, keep_out)
+            a = a0 + lane
+            for j in range(row, tb, rows):          # fold: lanes along A
+                b = b0 + j
+                if a < n_a and b < n_b:
+                    base = origin + in_off + a * a_in + b * b_in
+                    state = start(load(xs, base), 0)
+                    state, have = fold(state, np.bool_(False), xs, base, w * 0, k_count, w * 0 + 1, inner,
+                                       outer_shape, outer_strides, outer_index_strides)
+                    total = finish(state)
+                    if has_init:
+                        total = combine(init, total)
+                    store_tile(tile, j * pitch + lane, project(total, init))
+            cuda.syncthreads()
+            for i in range(cuda.threadIdx.x, tb * ta, nt):     # write: threads along B
+                jb = i % tb
+                ja = i // tb
+                a = a0 + ja
+                b = b0 + jb
+                if a < n_a and b < n_b:
+                    store_out(outs, out_off + a * a_out + b * b_out, load_tile(tile, jb * pitch + ja))
+            cuda.syncthreads()
+            w += cuda.gridDim.x
+
+    transposed.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
+    return transposed
+
+
 # --- host side ----------------------------------------------------------------------------
 
 def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, lift, project, ddof,
@@ -799,7 +966,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     xs = flat if is_tuple else flat[0]
     sched = schedule(layout, limits(b.device_id))
     acc_vt = prep.acc_vt
-    if project == "count_mean" and lift == "count" and init is None and sched.kernel == "columns":
+    if project == "count_mean" and lift == "count" and init is None and sched.kernel in ("columns", "transposed"):
         # A mean along an outer axis: every output's count is k_count, so the kernel folds a
         # one-field sum and divides by k_count as it stores (a per-launch value), not a
         # (count, sum) pair: half the shared-memory tree and split partials. Measured on an
@@ -814,6 +981,9 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         lift, project, acc_vt = ("compensated" if compensated else "value"), "sum_mean", \
             ValueType.of(acc_vt.fields[1])
     keep_dims = layout.keep or ((1, 0, 0),)
+    if sched.kernel == "transposed":     # the results' contiguous dimension next to the last
+        b_dim = output_contiguous_dim(keep_dims)
+        keep_dims = keep_dims[:b_dim] + keep_dims[b_dim + 1:-1] + (keep_dims[b_dim], keep_dims[-1])
     length, stride, index_stride = layout.red[-1]
     outer = layout.red[:-1]
     nd_outer = len(outer)
@@ -852,8 +1022,13 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         split = sched.split > 1
         if sched.kernel == "rows":
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.group, 1)))
-            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll)
-            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll)
+            by_rows = walks_by_rows(length, sched.group if op.commutative else 1, nd_outer)
+            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, by_rows)
+            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, by_rows)
+        elif sched.kernel == "transposed":
+            unroll = unroll_of(spec, k_count)
+            kernel = transposed_kernel(spec, sched.nt, sched.tx, sched.tb, len(keep_dims), nd_outer, unroll)
+            key = ("axis_transposed", spec, sched.nt, sched.tx, sched.tb, len(keep_dims), nd_outer, unroll)
         else:
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.ty, 1)) if sched.per == 1 else k_count)
             kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per, unroll)
