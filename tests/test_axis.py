@@ -63,6 +63,22 @@ def test_mean_axis_as_sum_over_count(rng, dtype):
     np.testing.assert_allclose(got, (x.astype(np.float64) ** 2).mean(axis=0, keepdims=True), rtol=tol * 10)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_min_max_nan_along_axes(rng, dtype):
+    """NaN propagates through max/min along every axis and layout (on a GPU a float fold
+    takes the hardware's max/min plus a NaN flag), and only to the outputs it reaches."""
+    x = rng.standard_normal((40, 300)).astype(dtype)
+    x[7, 11] = x[0, 299] = x[39, 0] = np.nan
+    d = cuda.to_device(x)
+    for view, xv in ((d, x), (d.T, x.T)):
+        for axis in (None, 0, 1):
+            with np.errstate(invalid="ignore"):
+                np.testing.assert_array_equal(host(cufold.max(view, axis=axis)), xv.max(axis=axis))
+                np.testing.assert_array_equal(host(cufold.min(view, axis=axis)), xv.min(axis=axis))
+    ok = np.where(np.isnan(x), 0, x)
+    np.testing.assert_array_equal(host(cufold.max(cuda.to_device(ok), axis=0)), ok.max(axis=0))
+
+
 def test_argmax_axis(rng):
     x = rng.integers(0, 4, SHAPE).astype(np.float32)  # many ties: the first index wins
     d = cuda.to_device(x)

@@ -20,9 +20,14 @@ _schedule = A.schedule
 FORCE = {}                       # field -> value, applied to the planner's columns schedules
 
 
-def forced(layout, lim):
-    """The planner's schedule, its columns ones with FORCE's ``ty``, ``per`` and ``grid``."""
-    s = _schedule(layout, lim)
+def forced(layout, lim, indexed=False):
+    """The planner's schedule under FORCE's ``long_row`` (rows: a block a row from there), its
+    columns ones with FORCE's ``ty``, ``per`` and ``grid``."""
+    if "long_row" in FORCE:
+        lim = lim._replace(long_row=FORCE["long_row"])
+        if layout.kind == "rows":
+            return _schedule(layout, lim, indexed)
+    s = _schedule(layout, lim, indexed)
     if s.kernel != "columns" or not FORCE:
         return s
     m = int(np.prod([d[0] for d in layout.keep], dtype=np.int64))
@@ -52,7 +57,14 @@ def copies(name, nbytes_total=400 << 20):
 
 y, z, x = copies("y"), copies("z"), copies("x")
 SUM, MAX, MEAN, ARGMAX = (REDUCTIONS[r] for r in ("sum", "max", "mean", "argmax"))
+xh = [a[:, ::2] for a in x]
+ROWS = [{}, {"long_row": 8192}, {"long_row": 16384}]
 CASES = [
+    ("x[:,::2].argmax(1)", xh, 1, ARGMAX, ROWS),
+    ("x[:,::2].sum(1)", xh, 1, SUM, ROWS),
+    ("x.argmax(1)", x, 1, ARGMAX, ROWS),
+    ("x.sum(1)", x, 1, SUM, ROWS),
+    ("x.max(1)", x, 1, MAX, ROWS),
     ("z.sum(0)", z, 0, SUM, [{}, {"ty": 128}]),
     ("z.max(0)", z, 0, MAX, [{}]),
     ("x.sum(0)", x, 0, SUM, [{}]),

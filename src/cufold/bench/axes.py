@@ -123,7 +123,7 @@ def _plan_text(shape, strides, axis, reduction, device_id):
         lay = A.plan_layout(tuple(shape), tuple(strides), axes, True, reduction == "argmax")
         if lay.kind == "contiguous":
             return "reduce", lay
-        s = A.schedule(lay, A.limits(device_id))
+        s = A.schedule(lay, A.limits(device_id), reduction == "argmax")
         if s.kernel == "rows":
             return "rows g%d x%d" % (s.group, s.split), lay
         if s.kernel == "transposed":

@@ -231,14 +231,23 @@ TRANSPOSED_COLUMNS = int(os.environ.get("CUFOLD_TRANSPOSED_COLUMNS", "32"))
 TRANSPOSED_ROWS = int(os.environ.get("CUFOLD_TRANSPOSED_ROWS", "64"))
 
 
-def schedule(layout, lim):
-    """Threads, blocks and splits for ``layout`` (not 'contiguous') under ``lim``."""
+#: Rows of argmin/argmax take a block from this many times ``Limits.long_row`` items: the
+#: block-wide combine of (value, index) pairs (shared memory, two barriers) cost more than a
+#: warp's lanes folding the row's items (H200, 8192 rows of 8192 float32: a block a row
+#: 107.4 us, a warp 77.0; x[:, ::2], rows of 4096: 77.3 -> 65.7; torch 120.2 and 68.8).
+#: One-field sums and maxima measured the same either way.
+INDEXED_LONG_ROW = 4
+
+
+def schedule(layout, lim, indexed=False):
+    """Threads, blocks and splits for ``layout`` (not 'contiguous') under ``lim``;
+    ``indexed``: an argmin/argmax (see :data:`INDEXED_LONG_ROW`)."""
     nt = lim.nt
     m = int(np.prod([d[0] for d in layout.keep], dtype=np.int64)) if layout.keep else 1
     k = int(np.prod([d[0] for d in layout.red], dtype=np.int64))
     target_threads = lim.blocks * nt
     if layout.kind == "rows":
-        if m == 1 or k >= lim.long_row:
+        if m == 1 or k >= lim.long_row * (INDEXED_LONG_ROW if indexed else 1):
             group = nt
         else:
             group = min(32, _pow2_at_least(-(-k // 4)))
@@ -612,7 +621,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
     outer_shape, outer_strides, outer_index_strides, splits, chunk, partials, counters,
     outs, init, has_init); ``inner``: (length, stride, index stride, index origin) of
     the innermost reduced dimension (see :func:`_thread_fold`); ``init``: the value
-    folded in front where ``has_init``, else the projection's per-launch value (the count
+    folded in front where ``has_init``, else the projection's per-launch value (1 / the count
     of a ``"sum_mean"``); ``by_rows``: see :func:`_thread_fold`."""
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
@@ -964,11 +973,11 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return
     flat = tuple(_arrays.window(a, lowest, (extent,), (1,)) for a in arrs)
     xs = flat if is_tuple else flat[0]
-    sched = schedule(layout, limits(b.device_id))
+    sched = schedule(layout, limits(b.device_id), lift == "index")
     acc_vt = prep.acc_vt
     if project == "count_mean" and lift == "count" and init is None and sched.kernel in ("columns", "transposed"):
         # A mean along an outer axis: every output's count is k_count, so the kernel folds a
-        # one-field sum and divides by k_count as it stores (a per-launch value), not a
+        # one-field sum and multiplies by 1 / k_count as it stores (a per-launch value), not a
         # (count, sum) pair: half the shared-memory tree and split partials. Measured on an
         # H200, (8192, 8192) along axis 0: 87.1 -> 84.1 us; along the contiguous axis (rows
         # kernels) the pair measured 2-3 us faster, so rows keep it. Float32 items with a
@@ -1006,7 +1015,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         outer = tuple((n, s // 2, i) for n, s, i in outer)
         sched = sched._replace(chunk=sched.chunk // 2)
     has_init = init is not None
-    init_value = (prep.acc_vt.make(init) if has_init else acc_vt.make(float(items)) if project == "sum_mean"
+    init_value = (prep.acc_vt.make(init) if has_init else acc_vt.make(1.0 / items) if project == "sum_mean"
                   else _reduce_mod._zero(acc_vt))
     i64 = np.int64
 
