@@ -369,20 +369,24 @@ def test_results_turned_through_shared_memory(rng, rows, simulator_limits, monke
     np.testing.assert_array_equal(host(got[1]), rb)
 
 
-@pytest.mark.parametrize("view", ["transposed", "permuted", "row_strided"])
-def test_long_rows_walked_row_by_row(rng, view, simulator_limits):
-    """Full reductions of views that do not collapse, whose rows give a thread at least
-    ROW_WALK_ITEMS items, take the row-by-row walk (one outer step a row, a chunk's first
-    and last rows partial); argmax/argmin's ties (few distinct values) go to NumPy's index."""
+@pytest.mark.parametrize("view, walk", [("transposed", "rows"), ("permuted", "rows"), ("row_strided", "rows"),
+                                        ("tall_transposed", "lattice")])
+def test_views_walked_by_rows_or_lines(rng, view, walk, simulator_limits):
+    """Full reductions of views that do not collapse: rows that give a thread at least
+    ROW_WALK_ITEMS items walked row by row (one outer step a row, a chunk's first and last
+    rows partial); rows shorter than the threads' step (z.T of a tall (n, 4)) walked as a
+    line per thread down the outer dimension. argmax/argmin's ties (few distinct values)
+    go to NumPy's index."""
     n = 2 * 3 * 1100
     base = rng.integers(0, 6, n).astype(np.float32)
     shape, strides, axes = {"transposed": ((1100, 6), (1, 1100), (0, 1)),
                             "permuted": ((3, 1100, 2), (1100, 1, 3300), (0, 1, 2)),
-                            "row_strided": ((3, 1100), (2200, 1), (0, 1))}[view]
+                            "row_strided": ((3, 1100), (2200, 1), (0, 1)),
+                            "tall_transposed": ((4, 1650), (1, 4), (0, 1))}[view]
     layout = axis_mod.plan_layout(shape, strides, axes, True, True)
     s = axis_mod.schedule(layout, axis_mod.limits(0))
     length = layout.red[-1][0]
-    assert s.kernel == "rows" and axis_mod.walks_by_rows(length, s.group, len(layout.red) - 1)
+    assert s.kernel == "rows" and axis_mod.walk_of(length, s.group, len(layout.red) - 1) == walk
     d, x = strided_view(base, 0, shape, strides)
     for _ in range(2):
         np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax())

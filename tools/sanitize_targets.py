@@ -84,6 +84,8 @@ dbig = cuda.to_device(big)
 check("full sum of x.T", cufold.sum(dbig.T).copy_to_host(), big.sum())
 check("full sum of x[::2]", cufold.sum(dbig[::2]).copy_to_host(), big[::2].sum())
 check("full argmax of x[:, ::3]", cufold.argmax(dbig[:, ::3]).copy_to_host(), big[:, ::3].argmax())
+tall = rng.integers(-9, 9, (200000, 4)).astype(np.int32)       # rows of 4: a line a thread
+check("full argmax of a tall x.T", cufold.argmax(cuda.to_device(tall).T).copy_to_host(), tall.T.argmax())
 # tuple values by key: every path
 tk = rng.integers(0, 3000, n).astype(np.int32)
 ones = np.ones(n, np.int64)

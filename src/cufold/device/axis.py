@@ -392,27 +392,50 @@ def unroll_of(spec, items_per_thread):
     return max(2, min(base, items_per_thread))
 
 
-#: A thread walks its items row by row (:func:`_thread_fold`'s ``by_rows``) where it takes
-#: at least this many items of each innermost reduced row.
+#: A thread walks its items row by row (:func:`_thread_fold`'s walk ``"rows"``) where it
+#: takes at least this many items of each innermost reduced row.
 ROW_WALK_ITEMS = 8
 
 
-def walks_by_rows(length, step, nd_outer):
-    """Whether a fold with ``step`` between a thread's items (1: a contiguous run) over
-    innermost reduced rows of ``length`` items goes row by row (see :func:`_thread_fold`)."""
-    return nd_outer > 0 and length >= ROW_WALK_ITEMS * step
+def walk_of(length, step, nd_outer):
+    """How a fold with ``step`` between a thread's items (1: a contiguous run) walks
+    innermost reduced rows of ``length`` items (see :func:`_thread_fold`)."""
+    if nd_outer == 0:
+        return "items"
+    if length >= ROW_WALK_ITEMS * step:
+        return "rows"
+    if nd_outer == 1 and step % length == 0:
+        return "lattice"
+    return "items"
 
 
 @functools.lru_cache(maxsize=None)
-def _thread_fold(spec, nd_outer, unroll, by_rows=False):
-    """As :func:`_thread_fold_items`; ``by_rows`` (with outer dimensions): the items of each
-    innermost row at a time through the one-dimension fold, the outer dimensions walked
-    once a row, not once an item. A full argmax of a view that does not collapse (x.T, a
-    permuted 3-D array) spent ~25 instructions an item in the per-item walk (carries,
-    branches, the index): instruction-bound at a third of the bandwidth (H200)."""
-    if not by_rows or nd_outer == 0:
+def _thread_fold(spec, nd_outer, unroll, walk="items"):
+    """As :func:`_thread_fold_items` (``walk`` "items": the outer dimensions stepped an item
+    at a time), or through the one-dimension fold: ``"rows"``, the items of one innermost
+    row at a time, the outer dimensions walked once a row; ``"lattice"`` (one outer
+    dimension, ``step`` a multiple of the rows' length), a thread's items all at one
+    innermost index, a line down the outer dimension (a full argmax of z.T of (2^24, 4):
+    rows of 4 items). A full argmax of a view that does not collapse (x.T, a permuted 3-D
+    array) spent ~25 instructions an item in the per-item walk (carries, branches, the
+    index): instruction-bound at a third of the bandwidth (H200)."""
+    if walk == "items" or nd_outer == 0:
         return _thread_fold_items(spec, nd_outer, unroll)
-    fold_row = _thread_fold_items(spec, 0, unroll)
+    fold_line = _thread_fold_items(spec, 0, unroll)
+    if walk == "lattice":
+        @cuda.jit(device=True)
+        def fold_lattice(state, have, xs, base, k, k_end, step, inner, outer_shape, outer_strides,
+                         outer_index_strides):
+            if k >= k_end:
+                return state, have
+            length = inner[0]
+            r = k // length
+            i = k - r * length
+            line = (outer_shape[0], outer_strides[0], outer_index_strides[0], inner[3] + i * inner[2])
+            return fold_line(state, have, xs, base + i * inner[1], r, (k_end - i + length - 1) // length,
+                             step // length, line, outer_shape, outer_strides, outer_index_strides)
+        return fold_lattice
+    fold_row = fold_line
     outer_at = _unravel(nd_outer)
 
     @cuda.jit(device=True)
@@ -612,7 +635,7 @@ def _threads_with_items(count, threads, strided):
 # --- the kernels ----------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, by_rows=False):
+def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, walk="items"):
     """Groups of ``group`` threads (1..32 lanes, or ``nt``: the block) reduce one
     (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
     partials the last group to arrive folds.
@@ -622,7 +645,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
     outs, init, has_init); ``inner``: (length, stride, index stride, index origin) of
     the innermost reduced dimension (see :func:`_thread_fold`); ``init``: the value
     folded in front where ``has_init``, else the projection's per-launch value (1 / the count
-    of a ``"sum_mean"``); ``by_rows``: see :func:`_thread_fold`."""
+    of a ``"sum_mean"``); ``walk``: see :func:`_thread_fold`."""
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
@@ -630,7 +653,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
     load, store_out = spec.in_vt.load, spec.out_vt.store
     store_acc = acc_vt.store
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
-    fold = _thread_fold(spec, nd_outer, unroll, by_rows)
+    fold = _thread_fold(spec, nd_outer, unroll, walk)
     fold_partials = _fold_partials(acc_vt, spec.op)
     strided = not spec.ordered
     whole_block = group == nt
@@ -1031,9 +1054,9 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         split = sched.split > 1
         if sched.kernel == "rows":
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.group, 1)))
-            by_rows = walks_by_rows(length, sched.group if op.commutative else 1, nd_outer)
-            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, by_rows)
-            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, by_rows)
+            walk = walk_of(length, sched.group if op.commutative else 1, nd_outer)
+            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk)
+            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk)
         elif sched.kernel == "transposed":
             unroll = unroll_of(spec, k_count)
             kernel = transposed_kernel(spec, sched.nt, sched.tx, sched.tb, len(keep_dims), nd_outer, unroll)
