@@ -886,8 +886,9 @@ def transposed_kernel(spec, nt, ta, tb, nd_keep, nd_outer, unroll=UNROLL_SMALL):
     dimension A (the last of ``keep_*``) x ``tb`` along the results' contiguous one B (the
     one before it; the planner puts it there): each warp folds whole columns of a tile row
     at a time (lanes along A: coalesced), the results go through shared memory, and the
-    threads write them along B (runs of ``tb``: whole sectors). Other kept dimensions (``keep_*[:-2]``) number
-    the tiles' outer index. Arguments as :func:`columns_kernel`'s (no split)."""
+    threads write them along B (runs of ``tb``: whole sectors). Other kept dimensions
+    (``keep_*[:-2]``) number the tiles' outer index. Arguments as :func:`columns_kernel`'s
+    (no split)."""
     start, _, finish = _reduce_mod._protocol(spec)
     combine = spec.op.combine(spec.acc_vt)
     project = _reduce_mod.project_of(spec, per_launch=True)
