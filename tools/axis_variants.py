@@ -22,7 +22,9 @@ FORCE = {}                       # field -> value, applied to the planner's colu
 
 def forced(layout, lim, indexed=False):
     """The planner's schedule under FORCE's ``long_row`` (rows: a block a row from there), its
-    columns ones with FORCE's ``ty``, ``per`` and ``grid``."""
+    columns ones with FORCE's ``ty``, ``per``, ``nt`` (threads a block), ``split`` (kept as
+    given with ``"fit": False``, else cut to one round of blocks as the planner does) and
+    ``grid``."""
     if "long_row" in FORCE:
         lim = lim._replace(long_row=FORCE["long_row"])
         if layout.kind == "rows":
@@ -30,14 +32,21 @@ def forced(layout, lim, indexed=False):
     s = _schedule(layout, lim, indexed)
     if s.kernel != "columns" or not FORCE:
         return s
+    lim = lim._replace(nt=FORCE.get("nt", lim.nt))
     m = int(np.prod([d[0] for d in layout.keep], dtype=np.int64))
     k = int(np.prod([d[0] for d in layout.red], dtype=np.int64))
     ty = FORCE.get("ty", s.ty)
     f = A.columns_schedule(m, k, ty, FORCE.get("per", 1 if ty > 1 else s.per), lim)
+    if "split" in FORCE:
+        chunk = -(-k // FORCE["split"])
+        split = -(-k // chunk)
+        f = f._replace(split=split, chunk=chunk, grid=min(-(-m // f.tx) * split, lim.blocks * 32))
     return f._replace(grid=min(f.grid, FORCE.get("grid", f.grid)))
 
 
+_one_round = A.one_round
 A.schedule = forced
+A.one_round = lambda sched, m, k, slots: sched if FORCE.get("fit", True) is False else _one_round(sched, m, k, slots)
 
 
 def fresh():
@@ -69,8 +78,10 @@ CASES = [
     ("z.max(0)", z, 0, MAX, [{}]),
     ("x.sum(0)", x, 0, SUM, [{}]),
     ("x.max(0)", x, 0, MAX, [{}]),
-    ("y.sum(0)", y, 0, SUM, [{}, {"ty": 1}, {"ty": 2}, {"ty": 8}, {"grid": 528}, {"per": 2}]),
-    ("y.max(0)", y, 0, MAX, [{}, {"ty": 1}, {"ty": 2}, {"ty": 8}, {"per": 2}, {"grid": 528}]),
+    ("y.sum(0)", y, 0, SUM, [{}, {"ty": 1}, {"ty": 2}, {"ty": 8}, {"grid": 528}, {"per": 2}, {"split": 2, "fit": False},
+                             {"nt": 128}, {"nt": 64}]),
+    ("y.max(0)", y, 0, MAX, [{}, {"ty": 1}, {"ty": 2}, {"ty": 8}, {"per": 2}, {"grid": 528}, {"split": 2, "fit": False},
+                             {"split": 3, "fit": False}, {"nt": 128}, {"nt": 128, "split": 2, "fit": False}, {"nt": 64}]),
     ("y.mean(0)", y, 0, MEAN, [{}, {"ty": 1}, {"ty": 2}]),
     ("y.mean(1)", y, 1, MEAN, [{}, {"per": 1}, {"per": 2}]),
     ("y.sum(1)", y, 1, SUM, [{}, {"per": 1}, {"per": 2}, {"grid": 528}, {"grid": 1056}]),
