@@ -435,7 +435,6 @@ def _thread_fold(spec, nd_outer, unroll, walk="items"):
             return fold_line(state, have, xs, base + i * inner[1], r, (k_end - i + length - 1) // length,
                              step // length, line, outer_shape, outer_strides, outer_index_strides)
         return fold_lattice
-    fold_row = fold_line
     outer_at = _unravel(nd_outer)
 
     @cuda.jit(device=True)
@@ -448,7 +447,7 @@ def _thread_fold(spec, nd_outer, unroll, walk="items"):
         while k < k_end:
             roff, ridx = outer_at(r, outer_shape, outer_strides, outer_index_strides)
             i_end = min(length, i + (k_end - k))
-            state, have = fold_row(state, have, xs, base + roff, i, i_end, step,
+            state, have = fold_line(state, have, xs, base + roff, i, i_end, step,
                                    (inner[0], inner[1], inner[2], inner[3] + ridx),
                                    outer_shape, outer_strides, outer_index_strides)
             taken = (i_end - i + step - 1) // step * step
@@ -592,6 +591,31 @@ def _walking_fold(unroll, walk, first_update, updates):
         lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
     lines += ["    return state, have"]
     return lines
+
+
+@functools.lru_cache(maxsize=None)
+def _whole_output(spec, nd_outer, unroll):
+    """Device function ``(xs, base, k_count, inner, outer_shape, outer_strides,
+    outer_index_strides, init, has_init) -> result``: one output whose ``k_count`` items
+    (item 0 at ``base``) a thread folds alone, ``init`` in front where ``has_init``,
+    projected (``init``: the projection's per-launch value otherwise)."""
+    start, _, finish = _reduce_mod._protocol(spec)
+    combine = spec.op.combine(spec.acc_vt)
+    project = _reduce_mod.project_of(spec, per_launch=True)
+    load = spec.in_vt.load
+    fold = _thread_fold(spec, nd_outer, unroll)
+
+    @cuda.jit(device=True)
+    def whole_output(xs, base, k_count, inner, outer_shape, outer_strides, outer_index_strides, init, has_init):
+        state = start(load(xs, base), 0)
+        state, have = fold(state, np.bool_(False), xs, base, k_count * 0, k_count, k_count * 0 + 1, inner,
+                           outer_shape, outer_strides, outer_index_strides)
+        total = finish(state)
+        if has_init:
+            total = combine(init, total)
+        return project(total, init)
+
+    return whole_output
 
 
 @functools.lru_cache(maxsize=None)
@@ -764,6 +788,7 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
     store_acc, load_acc = acc_vt.store, acc_vt.load
     keep_at = _unravel(nd_keep)        # (input offset, output offset)
     fold = _thread_fold(spec, nd_outer, unroll)
+    whole = _whole_output(spec, nd_outer, unroll)
     strided = not spec.ordered
     nt = tx * ty
     outputs = per                      # (the kernel's own ``per`` is another)
@@ -806,14 +831,9 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
         while m < m_count:
             in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
             for j in range(outputs):
-                base = origin + in_off + j * step_in
-                state = start(load(xs, base), 0)
-                state, have = fold(state, np.bool_(False), xs, base, m * 0, k_count, m * 0 + 1, inner,
-                                   outer_shape, outer_strides, outer_index_strides)
-                total = finish(state)
-                if has_init:
-                    total = combine(init, total)
-                store_out(outs, out_off + j * step_out, project(total, init))
+                store_out(outs, out_off + j * step_out,
+                          whole(xs, origin + in_off + j * step_in, k_count, inner, outer_shape, outer_strides,
+                                outer_index_strides, init, has_init))
             m += cuda.gridDim.x * tx * outputs
 
     def columns(xs, origin, m_count, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
@@ -889,13 +909,10 @@ def transposed_kernel(spec, nt, ta, tb, nd_keep, nd_outer, unroll=UNROLL_SMALL):
     threads write them along B (runs of ``tb``: whole sectors). Other kept dimensions
     (``keep_*[:-2]``) number the tiles' outer index. Arguments as :func:`columns_kernel`'s
     (no split)."""
-    start, _, finish = _reduce_mod._protocol(spec)
-    combine = spec.op.combine(spec.acc_vt)
-    project = _reduce_mod.project_of(spec, per_launch=True)
-    load, store_out = spec.in_vt.load, spec.out_vt.store
+    store_out = spec.out_vt.store
     tile_vt = spec.out_vt.plain
     store_tile, load_tile = tile_vt.store, tile_vt.load
-    fold = _thread_fold(spec, nd_outer, unroll)
+    whole = _whole_output(spec, nd_outer, unroll)
     outer_at = _unravel(nd_keep - 2)
     rows = nt // ta
     pitch = ta + 1                      # a padded tile row: the column reads hit 32 banks
@@ -922,14 +939,9 @@ def transposed_kernel(spec, nt, ta, tb, nd_keep, nd_outer, unroll=UNROLL_SMALL):
             for j in range(row, tb, rows):          # fold: lanes along A
                 b = b0 + j
                 if a < n_a and b < n_b:
-                    base = origin + in_off + a * a_in + b * b_in
-                    state = start(load(xs, base), 0)
-                    state, have = fold(state, np.bool_(False), xs, base, w * 0, k_count, w * 0 + 1, inner,
-                                       outer_shape, outer_strides, outer_index_strides)
-                    total = finish(state)
-                    if has_init:
-                        total = combine(init, total)
-                    store_tile(tile, j * pitch + lane, project(total, init))
+                    store_tile(tile, j * pitch + lane,
+                               whole(xs, origin + in_off + a * a_in + b * b_in, k_count, inner, outer_shape,
+                                     outer_strides, outer_index_strides, init, has_init))
             cuda.syncthreads()
             for i in range(cuda.threadIdx.x, tb * ta, nt):     # write: threads along B
                 jb = i % tb
