@@ -507,7 +507,8 @@ if given is not None:
                                          ((6, 41), "offset")])
 def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
     """4-byte rows read 8 bytes a load where every row starts 8-byte aligned; not where
-    they cannot (odd rows, an odd start)."""
+    they cannot (odd rows, an odd start). argmin/argmax too: a pair's second item is one
+    index stride past its first (ties among few distinct values go to NumPy's index)."""
     from cufold.host import launch as launch_mod
     keys = []
     real = launch_mod.kernel_for
@@ -521,8 +522,15 @@ def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
         np.testing.assert_array_equal(host(cufold.sum(dv, axis=axis)), xv.sum(axis=axis))
     m = host(cufold.mean(dv, axis=axis))
     np.testing.assert_allclose(m, xv.mean(axis=axis, dtype=np.float64), rtol=1e-6)
+    ties = rng.integers(0, 4, shape).astype(np.float32)
+    dt = cuda.to_device(ties)
+    dtv, tv = {"whole": (dt, ties), "rows_strided": (dt[::2], ties[::2]), "offset": (dt[:, 1:], ties[:, 1:])}[view]
+    for name in ("argmax", "argmin"):
+        getattr(cufold.device, "_" + name.upper()).programs.clear()
+        np.testing.assert_array_equal(host(getattr(cufold, name)(dtv, axis=axis)), getattr(np, name)(tv, axis=axis))
     wide = [k[1].wide for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"]
     assert wide and all(wide) == (view != "offset") and any(wide) == (view != "offset")
+    assert {k[1].lift for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"} >= {"index", "count"}
 
 
 def test_tuple_fields_may_differ_in_strides_of_length_one_dimensions(rng):
