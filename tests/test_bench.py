@@ -979,6 +979,26 @@ def test_axes_cases_floor_and_targets():
     assert out.getvalue().count("axis=") == 6
 
 
+def test_axes_launched_plan():
+    """The axes table's plan column is what cufold launched (splits fitted to the kernel's
+    occupancy), read while a call plans; a call already planned gives None."""
+    from numba import cuda
+    import cufold
+    from cufold.bench.axes import launched_plan
+    x = cuda.to_device(np.random.default_rng(0).standard_normal((37, 501)).astype(np.float32))
+    assert re.fullmatch(r"rows g\d+ x\d+, \d+ blocks", launched_plan(lambda: cufold.sum(x, axis=1)))
+    assert launched_plan(lambda: cufold.sum(x, axis=1)) is None
+    assert re.fullmatch(r"cols \d+x\d+ x\d+, \d+ blocks", launched_plan(lambda: cufold.argmax(x, axis=0)))
+    assert launched_plan(lambda: cufold.min(x)).startswith("reduce")
+    row = {"layout": "A", "axis": 1, "reduction": "sum", "plan": "rows g256 x6", "launched": "rows g256 x5, 960 blocks",
+           "floor_us": 60.0, "contiguous_data": True, "full_noncontig": False,
+           "cufold": {"status": "ok", "gpu_us": 64.0}, "torch": {"status": "ok", "gpu_us": 80.0}}
+    from cufold.bench import axes as X
+    res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4200.0}, "records": [row]}
+    res["targets_evaluated"] = X.evaluate(res)
+    assert "rows g256 x5, 9" in X.format_results(res)
+
+
 def test_pyg_suite_through_numba():
     """The pyg suite's cufold candidates, made, checked against NumPy and timed once on
     tiny shapes (F = 33, both orders; the one-feature path is the by-key tests' own)."""

@@ -27,11 +27,12 @@ if [ -f "$OUT/axes-new/results.json" ] && [ -f "$OUT/axes-base/results.json" ]; 
 import json, sys
 new, base = (json.load(open("%s/axes-%s/results.json" % (sys.argv[1], t))) for t in ("new", "base"))
 old = {(r["layout"], str(r["axis"]), r["reduction"]): r for r in base["records"]}
-print("%-20s %-8s %-7s %-22s %8s %8s %8s %6s" % ("layout", "axis", "op", "plan (new)", "new", "base", "torch", "xtorch"))
+print("%-20s %-8s %-7s %-22s %8s %8s %8s %6s" % ("layout", "axis", "op", "launched (new)", "new", "base", "torch", "xtorch"))
 for r in new["records"]:
     k = (r["layout"], str(r["axis"]), r["reduction"])
     if k in old:
         c, t = r["cufold"]["gpu_us"], r["torch"]["gpu_us"]
-        print("%-20s %-8s %-7s %-22s %8.1f %8.1f %8.1f %6.2f" % (k + (r["plan"], c, old[k]["cufold"]["gpu_us"], t, t / c)))
+        plan = r.get("launched") or r["plan"]
+        print("%-20s %-8s %-7s %-22s %8.1f %8.1f %8.1f %6.2f" % (k + (plan, c, old[k]["cufold"]["gpu_us"], t, t / c)))
 PY
 fi

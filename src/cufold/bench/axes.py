@@ -133,6 +133,35 @@ def _plan_text(shape, strides, axis, reduction, device_id):
         return "? %s" % type(e).__name__, None
 
 
+def launched_plan(call):
+    """What cufold launched for ``call()``, as text ("rows g256 x5, 960 blocks"), where this
+    call plans (its first: the launches are recorded as the Program is built), else None.
+    Unlike :func:`_plan_text` (the planner's schedule) it shows the splits after they were
+    fitted to the blocks the GPU holds of the compiled kernel (``axis.fit_rounds``)."""
+    from cufold.host import programs
+    seen = []
+    real = programs.Builder.launch
+
+    def record(self, fn, key, grid, block, args, shared=0):
+        seen.append((key, grid, args))
+        return real(self, fn, key, grid, block, args, shared)
+    programs.Builder.launch = record
+    try:
+        call()
+    finally:
+        programs.Builder.launch = real
+    for key, grid, args in reversed(seen):        # the reduction's own launch is the last
+        kind = key[0] if isinstance(key, tuple) else str(key)
+        if kind == "axis_rows":
+            return "rows g%d x%d, %d blocks" % (key[2], args[11], grid)
+        if kind == "axis_columns":
+            return "cols %dx%d x%d, %d blocks" % (key[2], key[3], args[11], grid)
+        if kind == "axis_transposed":
+            return "turn %dx%d, %d blocks" % (key[3], key[4], grid)
+        return "%s, %d blocks" % (kind, grid)
+    return None
+
+
 def _reference(x, axis, reduction):
     """NumPy's result in float64 (``x``: the view of the float64 copy)."""
     if reduction == "sum":
@@ -220,6 +249,10 @@ def run(env, backend, layouts, reductions, settings, progress=True, log=None):
                "full_noncontig": axis is None and not views[0].is_contiguous()}
         bar.describe("%s %s %s" % (lay, axis, reduction))
         calls = _calls(env, reduction, axis)
+        try:
+            row["launched"] = launched_plan(lambda: calls["cufold"](views[0]))
+        except Exception as e:                            # noqa: BLE001 (the timing records it)
+            row["launched"] = "? %s" % type(e).__name__
         for label, fn in calls.items():
             lib_views = views if label != "cupy" else [cupy.asarray(v) for v in views]
             row[label] = checked_timing(backend, label, fn, lib_views,
@@ -282,7 +315,8 @@ def format_results(results):
         def ratio(a, b):
             return R.ratio_cell(a, b, 7)
         lines.append("%-20s %-7s %-6s %-15s %s %s %s %s %s %7s %s%s" % (
-            r["layout"], str(r["axis"]).replace(" ", ""), r["reduction"], r["plan"][:15], f(cf), f(tt), f(cp),
+            r["layout"], str(r["axis"]).replace(" ", ""), r["reduction"], (r.get("launched") or r["plan"])[:15],
+            f(cf), f(tt), f(cp),
             ratio(tt, cf), ratio(cp, cf), "%.0f%%" % (100 * r["floor_us"] / cf) if cf else "-",
             ratio(cf, cc) if cc else "", flags))
     lines += ["", "targets:"]
