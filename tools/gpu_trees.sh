@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Several source trees (branches, commits) in one GPU call: each tree's tests and benchmark
-# suites in turn, on the same machine, then one table of the axes suite with a column per tree.
-# Here, before the call (each ref's src archived under .trees/<ref>, ignored, carried):
+# Several source trees (branches, commits, the working tree) in one GPU call: each tree's tests
+# and benchmark suites in turn, on the same machine, then the axes suite side by side
+# (trees_table.py). Here, before the call (each ref's src archived under .trees/<ref>, ignored,
+# carried):
 #   bash tools/gpu_trees.sh prepare main argmax-rising fill-slots
 # On the GPU machine (carry .whl and .trees), a suite per argument, its options after a colon:
 #   bash tools/gpu_trees.sh run "axes:--layouts y --reductions sum,max,argmax --quick --no-raw"
-# TESTS="tests/test_axis.py tests/test_occupancy.py" first runs those test files on every tree
-# (TEST_TIMEOUT seconds each, 12 workers). Results under $OUT/<ref>/<suite> and
-# $OUT/<ref>/pytest.log (tar them: the device tool returns 8 files).
+# TREES="dir ..." (each holding a src/; default .trees/*) and NAMES="name ..." (default: the
+# dirs' names) choose the trees (gpu_ab.sh: the working tree and .basesrc). TESTS="tests/..."
+# first runs those test files on every tree (TEST_TIMEOUT seconds each, 12 workers). Results
+# under $OUT/<name>/<suite> and $OUT/<name>/pytest.log (tar them: the device tool returns 8 files).
 set -u
 case "${1:-}" in
   prepare)
@@ -26,8 +28,11 @@ esac
 OUT=${OUT:-/tmp/cufold-out}
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .whl/*.whl 2>/dev/null || exit 1
 export PYTHONUNBUFFERED=1
-for dir in .trees/*/; do
-  name=$(basename "$dir"); mkdir -p "$OUT/$name"
+read -r -a trees <<< "${TREES:-$(echo .trees/*/)}"
+read -r -a names <<< "${NAMES:-}"
+ran=()
+for i in "${!trees[@]}"; do
+  dir=${trees[$i]%/}; name=${names[$i]:-$(basename "$dir")}; mkdir -p "$OUT/$name"; ran+=("$name")
   if [ -n "${TESTS:-}" ]; then
     t=$(date +%s)
     PYTHONPATH=$PWD/.site:$PWD/$dir/src timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -n 12 -p no:cacheprovider \
@@ -43,4 +48,4 @@ for dir in .trees/*/; do
     grep -E "PASS|MISS" "$OUT/$name/$suite/stdout.txt" | cut -c1-160
   done
 done
-PYTHONPATH=$PWD/.site:$PWD/src python3 "$(dirname "$0")/trees_table.py" "$OUT"
+PYTHONPATH=$PWD/.site:$PWD/src python3 "$(dirname "$0")/trees_table.py" "$OUT" "${ran[@]}"

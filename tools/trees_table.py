@@ -1,18 +1,18 @@
 """The axes suite of several trees side by side (``gpu_trees.sh``'s last step):
 
-    python tools/trees_table.py OUT
+    python tools/trees_table.py OUT [TREE ...]
 
-reads ``OUT/<tree>/axes/results.json`` for every tree and prints, per case, each tree's
-cufold time (us), torch's (from the first tree) and what the first tree launched, then each
-tree's count of cases below torch."""
+reads ``OUT/<tree>/axes/results.json`` for the trees named (default: every one, by name) and
+prints, per case, each tree's cufold time (us), torch's (from the first tree) and what the
+first tree launched, then each tree's count of cases below torch."""
 import json
 import os
 import sys
 
 
-def load(out):
+def load(out, names=None):
     trees = {}
-    for name in sorted(os.listdir(out)):
+    for name in names or sorted(os.listdir(out)):
         path = os.path.join(out, name, "axes", "results.json")
         if os.path.isfile(path):
             with open(path) as f:
@@ -47,4 +47,4 @@ def table(trees):
 
 
 if __name__ == "__main__":
-    print(table(load(sys.argv[1])))
+    print(table(load(sys.argv[1], sys.argv[2:])))

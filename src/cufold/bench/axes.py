@@ -124,13 +124,18 @@ def _plan_text(shape, strides, axis, reduction, device_id):
         if lay.kind == "contiguous":
             return "reduce", lay
         s = A.schedule(lay, A.limits(device_id), reduction == "argmax")
-        if s.kernel == "rows":
-            return "rows g%d x%d" % (s.group, s.split), lay
-        if s.kernel == "transposed":
-            return "turn %dx%d" % (s.tx, s.tb), lay
-        return "cols %dx%d x%d" % (s.tx, s.ty, s.split), lay
+        return _schedule_text(s.kernel, s.group, s.tx, s.ty, s.tb, s.split), lay
     except Exception as e:                       # noqa: BLE001 (a description only)
         return "? %s" % type(e).__name__, None
+
+
+def _schedule_text(kernel, group=0, tx=0, ty=0, tb=0, split=1):
+    """An axis kernel's schedule as the table prints it."""
+    if kernel == "rows":
+        return "rows g%d x%d" % (group, split)
+    if kernel == "transposed":
+        return "turn %dx%d" % (tx, tb)
+    return "cols %dx%d x%d" % (tx, ty, split)
 
 
 def launched_plan(call):
@@ -138,6 +143,7 @@ def launched_plan(call):
     call plans (its first: the launches are recorded as the Program is built), else None.
     Unlike :func:`_plan_text` (the planner's schedule) it shows the splits after they were
     fitted to the blocks the GPU holds of the compiled kernel (``axis.fit_rounds``)."""
+    from cufold.device import axis as A
     from cufold.host import programs
     seen = []
     real = programs.Builder.launch
@@ -153,11 +159,11 @@ def launched_plan(call):
     for key, grid, args in reversed(seen):        # the reduction's own launch is the last
         kind = key[0] if isinstance(key, tuple) else str(key)
         if kind == "axis_rows":
-            return "rows g%d x%d, %d blocks" % (key[2], args[11], grid)
-        if kind == "axis_columns":
-            return "cols %dx%d x%d, %d blocks" % (key[2], key[3], args[11], grid)
-        if kind == "axis_transposed":
-            return "turn %dx%d, %d blocks" % (key[3], key[4], grid)
+            kind = _schedule_text("rows", group=key[2], split=args[A.SPLITS_ARG])
+        elif kind == "axis_columns":
+            kind = _schedule_text("columns", tx=key[2], ty=key[3], split=args[A.SPLITS_ARG])
+        elif kind == "axis_transposed":
+            kind = _schedule_text("transposed", tx=key[3], tb=key[4])
         return "%s, %d blocks" % (kind, grid)
     return None
 

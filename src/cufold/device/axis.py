@@ -1063,7 +1063,7 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
                   else _reduce_mod._zero(acc_vt))
     i64 = np.int64
 
-    def launch_of(sched):
+    def launch_of(sched):       # (the arguments' order: rows_kernel's docstring; SPLITS_ARG)
         """(kernel, key, args) of schedule ``sched``."""
         partials, counters = _split_workspace(b, acc_vt, m_count * sched.split if sched.split > 1 else 1,
                                               m_count if sched.kernel == "rows" else -(-m_count // max(sched.tx, 1)))
@@ -1094,6 +1094,10 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         sched = fitted
         kernel, key, args = launch_of(sched)
     b.launch(kernel, key, sched.grid, sched.nt, args)
+
+
+#: Where ``splits`` sits in the axis kernels' arguments (bench axes reads recorded launches).
+SPLITS_ARG = 11
 
 
 def one_round(sched, m_count, k_count, slots):
