@@ -87,6 +87,48 @@ def test_argmax_axis(rng):
         np.testing.assert_array_equal(host(cufold.argmin(d, axis=axis)), x.argmin(axis=axis))
 
 
+@pytest.mark.parametrize("shape, view", [((6, 40), "whole"), ((6, 41), "whole"), ((60, 70), "rows_strided"),
+                                         ((9, 300), "transposed"), ((4, 5, 64), "whole")])
+def test_argmin_argmax_rising_update(rng, monkeypatch, shape, view):
+    """Where a thread's items come in rising index order (reduce.Spec.rising), argmin/argmax
+    update without the tie test: the first index still wins ties, the first NaN still wins,
+    along every axis (rows, columns, full reductions), 4- and 8-byte items. A transposed view
+    read in memory order does not rise and keeps the general update."""
+    from cufold.host import launch as launch_mod
+    specs = []
+    real = launch_mod.kernel_for
+
+    def spy(fn, key, args):
+        if isinstance(key, tuple) and str(key[0]).startswith("axis"):
+            specs.append(key[1])
+        return real(fn, key, args)
+    monkeypatch.setattr(launch_mod, "kernel_for", spy)
+    for dtype in (np.float32, np.float64, np.int32):
+        x = rng.integers(0, 3, shape).astype(dtype)          # few values: ties everywhere
+        if dtype != np.int32:
+            flat = x.reshape(-1)
+            flat[rng.choice(flat.size, 3, replace=False)] = np.nan
+        d = cuda.to_device(x)
+        dv, xv = {"whole": (d, x), "rows_strided": (d[::2], x[::2]), "transposed": (d.T, x.T)}[view]
+        for name in ("argmax", "argmin"):
+            getattr(cufold.device, "_" + name.upper()).programs.clear()
+            for axis in [None] + list(range(xv.ndim)):
+                np.testing.assert_array_equal(host(getattr(cufold, name)(dv, axis=axis)),
+                                              getattr(np, name)(xv, axis=axis), err_msg="%s axis=%s" % (name, axis))
+    rising = {s.rising for s in specs if s.lift == "index"}
+    assert rising == ({True, False} if view == "transposed" else {True})
+
+
+def test_index_rises():
+    from cufold.device.axis import index_rises
+    assert index_rises(((65536, 1, 1),))                                 # rows along the contiguous axis
+    assert index_rises(((4096, 16384, 8192), (8192, 1, 1)))              # x[::2] of (8192, 8192)
+    assert index_rises(((3, 7, 0), (1, 0, 0), (7, 1, 1))[1:])            # a length-1 dimension
+    assert not index_rises(((8192, 8192, 1), (8192, 1, 8192)))           # x.T in memory order
+    assert not index_rises(((5, 1, -1),))                                # a reversed dimension
+    assert not index_rises(((4, 10, 3), (4, 1, 1)))                      # indices overlap
+
+
 def test_mean_var_axis(rng):
     x = rng.normal(3, 2, SHAPE[:2]).astype(np.float32)
     d = cuda.to_device(x)

@@ -247,29 +247,22 @@ def _logical_or(a, b):
 
 
 def _argmin(a, b):
-    # (value, index) pairs; ties and NaN as numpy.argmin: the first NaN, else
-    # the smallest value at the lowest index.
+    # (value, index) pairs; ties and NaN as numpy.argmin: the first NaN, else the smallest
+    # value at the lowest index. Written with & and |, not and/or or branches: selects on
+    # predicates, where branches cost a warp divergence point per combine.
     a_nan = a[0] != a[0]
     b_nan = b[0] != b[0]
-    if a_nan or b_nan:
-        if a_nan and b_nan:
-            return a if a[1] < b[1] else b
-        return a if a_nan else b
-    if b[0] < a[0] or (b[0] == a[0] and b[1] < a[1]):
-        return b
-    return a
+    same = (b[0] == a[0]) | (a_nan & b_nan)
+    take_b = (b_nan & (not a_nan)) | (b[0] < a[0]) | (same & (b[1] < a[1]))
+    return b if take_b else a
 
 
 def _argmax(a, b):
     a_nan = a[0] != a[0]
     b_nan = b[0] != b[0]
-    if a_nan or b_nan:
-        if a_nan and b_nan:
-            return a if a[1] < b[1] else b
-        return a if a_nan else b
-    if b[0] > a[0] or (b[0] == a[0] and b[1] < a[1]):
-        return b
-    return a
+    same = (b[0] == a[0]) | (a_nan & b_nan)
+    take_b = (b_nan & (not a_nan)) | (b[0] > a[0]) | (same & (b[1] < a[1]))
+    return b if take_b else a
 
 
 def _minmax(a, b):

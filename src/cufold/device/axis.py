@@ -206,6 +206,22 @@ def limits(device_id):
     return Limits(256, 4096, 16, 1024, sms * 8, sms * MIN_BLOCKS)
 
 
+def index_rises(red):
+    """Whether the C-order index of the reduced items ``red`` ((length, stride, index
+    stride), outer to inner) grows with their position: then every fold, which takes a
+    thread's items in rising position, takes them in rising index (argmin/argmax's cheap
+    update, ``reduce.Spec.rising``). Rows along the contiguous axis and ``x[::2]`` rise;
+    a transposed view, read in memory order, does not."""
+    span = 0                  # the largest index offset within the inner dimensions
+    for n, _, i in reversed(red):
+        if n == 1:
+            continue
+        if i <= span:
+            return False
+        span += (n - 1) * i
+    return True
+
+
 def _pow2_at_least(n):
     p = 1
     while p < n:
@@ -1037,7 +1053,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
     outer = outer or ((1, 0, 0),)
     spec = _reduce_mod.Spec(op, prep.in_vt, acc_vt, out_vt, lift, project, ddof,
                             _launch.Tile(sched.nt, 1), "final", "warp", not op.commutative,
-                            transform=prep.transform, post=prep.post)
+                            transform=prep.transform, post=prep.post,
+                            rising=lift == "index" and index_rises(layout.red))
     chunk = sched.chunk + (sched.chunk & 1)
     items = k_count                    # per output (k_count counts pairs where loads are wide)
     pair_step = 0
