@@ -381,6 +381,39 @@ def test_short_columns_take_several_outputs_a_thread(rng, shape, axis, per, simu
     np.testing.assert_array_equal(host(got[1]), rb)
 
 
+@pytest.mark.parametrize("shape, view, wide", [((9, 3, 100), "whole", True), ((9, 300), "offset", False),
+                                               ((9, 301), "whole", None), ((9, 3, 100), "reversed", True)])
+def test_neighbouring_columns_read_in_pairs(rng, monkeypatch, shape, view, wide, simulator_limits):
+    """Columns along one reduced dimension whose neighbouring outputs are neighbours in
+    memory: a thread folds two, 8 bytes a load (``wide``), where the data align; two a thread
+    4 bytes a load where they do not (an odd start); one a thread where the row is odd
+    (``None``). NaN, ties and integer items as NumPy."""
+    from cufold.host import launch as launch_mod
+    keys = []
+    real = launch_mod.kernel_for
+
+    def spy(fn, key, args):
+        if isinstance(key, tuple) and key[0] == "axis_columns":
+            keys.append(key)
+        return real(fn, key, args)
+    monkeypatch.setattr(launch_mod, "kernel_for", spy)
+    for dtype in (np.float32, np.int32):
+        x = rng.integers(0, 3, shape).astype(dtype)
+        if dtype == np.float32:
+            x.reshape(-1)[rng.choice(x.size, 2, replace=False)] = np.nan
+        d = cuda.to_device(x)
+        dv, xv = {"whole": (d, x), "offset": (d[:, 1:-1], x[:, 1:-1]), "reversed": (d[::-1], x[::-1])}[view]
+        for name in ("sum", "max", "argmax", "argmin", "mean"):
+            if name != "mean":      # (plan again: the launches are recorded when planned)
+                getattr(cufold.device, "_" + name.upper()).programs.clear()
+            got = host(getattr(cufold, name)(dv, axis=0))
+            want = getattr(np, name)(xv.astype(np.float64) if name in ("sum", "mean") else xv, axis=0)
+            np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True, err_msg="%s %s" % (name, dtype))
+    per = {k[7] for k in keys}
+    assert per == ({1} if wide is None else {2})
+    assert {k[1].wide for k in keys} == {bool(wide)}
+
+
 @pytest.mark.parametrize("rows", [32, 2])
 def test_results_turned_through_shared_memory(rng, rows, simulator_limits, monkeypatch):
     """Where the results run along another kept dimension than the input (x of (2, 20, 3,

@@ -245,6 +245,10 @@ Schedule = collections.namedtuple("Schedule", "kernel group tx ty split chunk gr
 #: kept dimension; ``TRANSPOSED_ROWS`` (a multiple of nt / 32) along the output's.
 TRANSPOSED_COLUMNS = int(os.environ.get("CUFOLD_TRANSPOSED_COLUMNS", "32"))
 TRANSPOSED_ROWS = int(os.environ.get("CUFOLD_TRANSPOSED_ROWS", "64"))
+#: Columns with one reduced dimension whose neighbouring outputs are neighbours in memory:
+#: a thread folds two of them through 8-byte loads (``CUFOLD_COLUMN_PAIRS=0``: one a thread).
+#: Not yet measured on a GPU (branch column-pairs).
+COLUMN_PAIRS = os.environ.get("CUFOLD_COLUMN_PAIRS", "1") == "1"
 
 
 #: Rows of argmin/argmax take a block from this many times ``Limits.long_row`` items: the
@@ -292,7 +296,10 @@ def schedule(layout, lim, indexed=False):
     # tiles still fill the GPU. Not four: a warp's load then spans 512 bytes for 128 used,
     # each sector fetched by four loads (H200, y.sum(axis=1) of (64, 3, 65536): 1 output a
     # thread 50.8 us, 2 25.5, 4 30.3; torch 25.9).
-    per = 2 if ty == 1 and inner % 2 == 0 and m // (tx * 2) >= lim.blocks else 1
+    # Neighbouring outputs contiguous in the input, one reduced dimension: two a thread read
+    # 8 bytes a load (where the data align, :func:`plan_axes`) whatever the count of tiles.
+    pairs = COLUMN_PAIRS and layout.keep[-1][1] == 1 and len(layout.red) == 1
+    per = 2 if ty == 1 and inner % 2 == 0 and (m // (tx * 2) >= lim.blocks or pairs) else 1
     if ty == 1:
         tiled = transposed_tile(layout, m, lim)
         if tiled:
@@ -346,7 +353,7 @@ def columns_schedule(m, k, ty, per, lim):
     tx = nt // ty
     tiles = -(-m // (tx * per))
     split = 1
-    if tiles < lim.blocks:
+    if tiles < lim.blocks and per == 1:        # (a thread's outputs are folded whole)
         split = min(-(-lim.blocks // tiles), max(1, k // (ty * lim.min_items)), lim.max_split)
     chunk = -(-k // split)
     split = -(-k // chunk)
@@ -478,7 +485,7 @@ def _thread_fold(spec, nd_outer, unroll, walk="items"):
 
 
 @functools.lru_cache(maxsize=None)
-def _thread_fold_items(spec, nd_outer, unroll):
+def _thread_fold_items(spec, nd_outer, unroll, across=False):
     """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
     outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
     ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
@@ -489,7 +496,13 @@ def _thread_fold_items(spec, nd_outer, unroll):
     per item); ``unroll`` loads (:func:`unroll_of`) are issued ahead of their
     combines, in the last, partial batch too (a short row's items
     are one round trip to memory, not one each). An item's number for the
-    lift is its C-order index (argmin/argmax), else its position ``k``."""
+    lift is its C-order index (argmin/argmax), else its position ``k``.
+
+    ``across`` (wide, one reduced dimension): a pair's two items belong to two neighbouring
+    outputs, not to one: ``(..., outer_index_strides, state_b) -> (state, have, state_b)``,
+    the lower items folded into ``state``, the upper into ``state_b``."""
+    if across and (nd_outer or not spec.wide):
+        raise ValueError("cufold: a fold across two outputs reads 8-byte pairs along one reduced dimension")
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
     outer_at = _unravel(nd_outer)      # (offset, C-order index)
@@ -515,6 +528,11 @@ def _thread_fold_items(spec, nd_outer, unroll):
 
     def first_update(pad, j):
         """Fold the first loaded value (``have`` tells start from update)."""
+        if across:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j),
+                    pad + "state = update(state, lo%d, n%d) if have else start(lo%d, n%d)" % (j, j, j, j),
+                    pad + "state_b = update(state_b, hi%d, n%d) if have else start(hi%d, n%d)" % (j, j, j, j),
+                    pad + "have = True"]
         if wide:
             return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j),
                     pad + "state = update(state, lo%d, n%d) if have else start(lo%d, n%d)" % (j, j, j, j),
@@ -523,6 +541,9 @@ def _thread_fold_items(spec, nd_outer, unroll):
                 pad + "have = True"]
 
     def updates(pad, j):
+        if across:
+            return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j), pad + "state = update(state, lo%d, n%d)" % (j, j),
+                    pad + "state_b = update(state_b, hi%d, n%d)" % (j, j)]
         if wide:
             return [pad + "lo%d, hi%d = halves(x%d)" % (j, j, j), pad + "state = update(state, lo%d, n%d)" % (j, j),
                     pad + "state = update(state, hi%d, n%d + inner[4])" % (j, j)]
@@ -531,7 +552,9 @@ def _thread_fold_items(spec, nd_outer, unroll):
     # The unrolled loop, generated for ``unroll`` items: all their loads issued before
     # the first combine (the loads, not the arithmetic, set the pace).
     walk = "outer_shape, outer_strides, outer_index_strides"
-    if nd_outer == 0:
+    if across:
+        lines = _single_dim_fold(unroll, walk + ", state_b", first_update, updates, "state, have, state_b")
+    elif nd_outer == 0:
         lines = _single_dim_fold(unroll, walk, first_update, updates)
     else:
         lines = _walking_fold(unroll, walk, first_update, updates)
@@ -546,13 +569,13 @@ def _thread_fold_items(spec, nd_outer, unroll):
     return fold
 
 
-def _single_dim_fold(unroll, walk, first_update, updates):
+def _single_dim_fold(unroll, walk, first_update, updates, returned="state, have"):
     """``fold``'s source where one dimension is reduced (no outer ones): item ``k`` is at
     ``base + k * stride``, so offsets advance by one addition and item numbers are ``k``
     (the general walk's carries and branches per item made a 3-item column
     instruction-bound: 82% issue slots busy at 17% of DRAM bandwidth, H100)."""
     lines = ["def fold(state, have, xs, base, k, k_end, step, inner, %s):" % walk,
-             "    if k >= k_end:", "        return state, have",
+             "    if k >= k_end:", "        return " + returned,
              "    o = base + k * inner[1]", "    o_step = step * inner[1]", "    zero = k * 0",
              "    while k + %d * step < k_end:" % (unroll - 1)]
     lines += ["        x%d = load(xs, o + %d * o_step)" % (j, j) for j in range(unroll)]
@@ -569,7 +592,7 @@ def _single_dim_fold(unroll, walk, first_update, updates):
     lines += first_update("        ", 0)
     for j in range(1, unroll - 1):
         lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
-    lines += ["    return state, have"]
+    lines += ["    return " + returned]
     return lines
 
 
@@ -810,6 +833,14 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
     strided = not spec.ordered
     nt = tx * ty
     outputs = per                      # (the kernel's own ``per`` is another)
+    # spec.wide (per 2, one reduced dimension): a thread's two outputs are neighbours in
+    # memory, read together 8 bytes a load (``inner``'s stride then counts pairs)
+    across = spec.wide
+    if across and (per != 2 or nd_outer):
+        raise ValueError("cufold: columns read 8 bytes a load only as two outputs a thread")
+    fold_across = _thread_fold_items(spec, 0, unroll, across=True) if across else None
+    reads = cuda.jit(device=True, inline="always")(_codegen.build(
+        "def reads(xs):\n    return %s\n" % ("xs.view(np.uint64)" if across else "xs"), "reads", device=False))
     shared = block.temp_storage(acc_vt, nt)
     full = np.uint32(warp.FULL_MASK)
 
@@ -846,8 +877,23 @@ def columns_kernel(spec, tx, ty, nd_keep, nd_outer, split, per=1, unroll=UNROLL_
         step_in = keep_in[nd_keep - 1]
         step_out = keep_out[nd_keep - 1]
         m = (cuda.blockIdx.x * tx + cuda.threadIdx.x) * outputs
+        src = reads(xs)
         while m < m_count:
             in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
+            if across:
+                first = origin + in_off                      # even: the pair's lower item
+                state = start(load(xs, first), 0)            # a state of the right type
+                zero = first * 0
+                state, have, state_b = fold_across(state, np.bool_(False), src, first // 2, zero, k_count,
+                                                   zero + 1, inner, outer_shape, outer_strides,
+                                                   outer_index_strides, state)
+                total, total_b = finish(state), finish(state_b)
+                if has_init:
+                    total, total_b = combine(init, total), combine(init, total_b)
+                store_out(outs, out_off, project(total, init))
+                store_out(outs, out_off + step_out, project(total_b, init))
+                m += cuda.gridDim.x * tx * outputs
+                continue
             for j in range(outputs):
                 store_out(outs, out_off + j * step_out,
                           whole(xs, origin + in_off + j * step_in, k_count, inner, outer_shape, outer_strides,
@@ -1075,6 +1121,13 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         keep_dims = tuple((n, s // 2, o) for n, s, o in keep_dims)
         outer = tuple((n, s // 2, i) for n, s, i in outer)
         sched = sched._replace(chunk=sched.chunk // 2)
+    if (WIDE_LOADS and sched.kernel == "columns" and sched.per == 2 and nd_outer == 0 and not is_tuple
+            and prep.in_vt.itemsize == 4 and prep.in_vt.fields[0].kind in "iuf" and keep_dims[-1][1] == 1
+            and stride % 2 == 0 and origin % 2 == 0 and extent % 2 == 0 and not xs.ptr & 7
+            and all(d[1] % 2 == 0 for d in keep_dims[:-1])):
+        # two neighbouring outputs a thread, 8 bytes a load: the reduced stride in pairs
+        spec = spec._replace(wide=True)
+        stride //= 2
     has_init = init is not None
     init_value = (prep.acc_vt.make(init) if has_init else acc_vt.make(1.0 / items) if project == "sum_mean"
                   else _reduce_mod._zero(acc_vt))
@@ -1101,6 +1154,8 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
             key = ("axis_transposed", spec, sched.nt, sched.tx, sched.tb, len(keep_dims), nd_outer, unroll)
         else:
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.ty, 1)) if sched.per == 1 else k_count)
+            if spec.wide:            # a pair a load is one item of each output: as many ahead
+                unroll = max(2, min(UNROLL_SMALL, k_count))
             kernel = columns_kernel(spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per, unroll)
             key = ("axis_columns", spec, sched.tx, sched.ty, len(keep_dims), nd_outer, split, sched.per, unroll)
         return kernel, key, args
