@@ -105,11 +105,17 @@ def test_argmin_argmax_rising_update(rng, monkeypatch, shape, view):
     monkeypatch.setattr(launch_mod, "kernel_for", spy)
     for dtype in (np.float32, np.float64, np.int32):
         x = rng.integers(0, 3, shape).astype(dtype)          # few values: ties everywhere
-        if dtype != np.int32:
+        if view == "transposed":        # the first in memory order is not the first in the view's
+            x[0, 1], x[1, 0] = 9, 9     # (view indices 9 and 1)
+            x[0, 2], x[2, 0] = -9, -9
+            if dtype == np.float64:
+                x[0, 3], x[3, 0] = np.nan, np.nan
+        elif dtype != np.int32:
             flat = x.reshape(-1)
             flat[rng.choice(flat.size, 3, replace=False)] = np.nan
         d = cuda.to_device(x)
-        dv, xv = {"whole": (d, x), "rows_strided": (d[::2], x[::2]), "transposed": (d.T, x.T)}[view]
+        dv, xv = {"whole": lambda: (d, x), "rows_strided": lambda: (d[::2], x[::2]),
+                  "transposed": lambda: (d.T, x.T)}[view]()
         for name in ("argmax", "argmin"):
             getattr(cufold.device, "_" + name.upper()).programs.clear()
             for axis in [None] + list(range(xv.ndim)):
