@@ -128,6 +128,23 @@ def test_argmin_argmax_rising_update(rng, monkeypatch, shape, view):
     assert True in {s.rising for s in specs if s.lift == "index"}
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_full_argmin_argmax_walking_lines(rng, dtype):
+    """A full argmin/argmax of a view that does not collapse, with rows long enough that a
+    thread walks them a line at a time (axis._line_fold): each line rises in index and is
+    folded on its own with the cheap update, then combined; a reversed line takes the
+    general update. Ties everywhere, the first of them in memory order not the first in
+    the view's; NaNs in float64."""
+    x = rng.integers(0, 3, (5, 1100)).astype(dtype)
+    if dtype == np.float64:
+        x[3, 7] = x[1, 900] = np.nan
+    d = cuda.to_device(x)
+    for dv, xv in ((d.T, x.T), (d[::-1], x[::-1]), (d[:, ::-2], x[:, ::-2]), (d[::2], x[::2])):
+        for name in ("argmax", "argmin"):
+            np.testing.assert_array_equal(host(getattr(cufold, name)(dv)), getattr(np, name)(xv),
+                                          err_msg="%s of strides %s" % (name, xv.strides))
+
+
 def test_index_rises():
     from cufold.device.axis import index_rises
     assert index_rises(((65536, 1, 1),))                                 # rows along the contiguous axis
