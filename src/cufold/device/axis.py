@@ -455,8 +455,9 @@ def _thread_fold(spec, nd_outer, unroll, walk="items"):
             r = k // length
             i = k - r * length
             line = (outer_shape[0], outer_strides[0], outer_index_strides[0], inner[3] + i * inner[2], inner[4])
-            return fold_line(state, have, xs, base + i * inner[1], r, (k_end - i + length - 1) // length,
-                             step // length, line, outer_shape, outer_strides, outer_index_strides)
+            state, have, _ = fold_line(state, have, xs, base + i * inner[1], r, (k_end - i + length - 1) // length,
+                                       step // length, line, outer_shape, outer_strides, outer_index_strides)
+            return state, have
         return fold_lattice
     outer_at = _unravel(nd_outer)
 
@@ -470,15 +471,16 @@ def _thread_fold(spec, nd_outer, unroll, walk="items"):
         while k < k_end:
             roff, ridx = outer_at(r, outer_shape, outer_strides, outer_index_strides)
             i_end = min(length, i + (k_end - k))
-            state, have = fold_line(state, have, xs, base + roff, i, i_end, step,
-                                   (inner[0], inner[1], inner[2], inner[3] + ridx, inner[4]),
-                                   outer_shape, outer_strides, outer_index_strides)
-            taken = (i_end - i + step - 1) // step * step
-            k += taken
-            i += taken
-            rows = i // length
-            r += rows
-            i -= rows * length
+            # (the line's fold returns where its next item would be: no division a line; a
+            # step below the length, as "rows" walks have, lands in the next row at most)
+            state, have, i_next = fold_line(state, have, xs, base + roff, i, i_end, step,
+                                            (inner[0], inner[1], inner[2], inner[3] + ridx, inner[4]),
+                                            outer_shape, outer_strides, outer_index_strides)
+            k += i_next - i
+            i = i_next
+            if i >= length:
+                i -= length
+                r += 1
         return state, have
 
     return fold
@@ -493,12 +495,13 @@ def _line_fold(spec, unroll):
     its own with the rising update (value and first NaN only) and combine it into the
     thread's state, one general combine a line, not one an item (the full argmax of x.T of
     (8192, 8192): 136 instructions an 8-item trip against rows' 85, ptxas sm_90). A line
-    walked against its index (a reversed view) takes the general update."""
+    walked against its index (a reversed view) takes the general update. Returns
+    ``(state, have, k)``: ``k`` where the thread's next item after ``k_end`` would be."""
     rising = spec._replace(rising=True)
-    fold_general = _thread_fold_items(spec, 0, unroll)
+    fold_general = _thread_fold_items(spec, 0, unroll, ends=True)
     if spec.lift != "index" or spec.rising or _reduce_mod._rising_update(rising) is None:
         return fold_general
-    fold_rising = _thread_fold_items(rising, 0, unroll)
+    fold_rising = _thread_fold_items(rising, 0, unroll, ends=True)
     combine = spec.op.combine(spec.acc_vt)
 
     @cuda.jit(device=True)
@@ -506,17 +509,17 @@ def _line_fold(spec, unroll):
         if inner[2] <= 0:
             return fold_general(state, have, xs, base, k, k_end, step, inner, outer_shape, outer_strides,
                                 outer_index_strides)
-        line, line_have = fold_rising(state, False, xs, base, k, k_end, step, inner, outer_shape, outer_strides,
-                                      outer_index_strides)
+        line, line_have, k = fold_rising(state, False, xs, base, k, k_end, step, inner, outer_shape,
+                                         outer_strides, outer_index_strides)
         if not line_have:
-            return state, have
-        return (combine(state, line) if have else line), True
+            return state, have, k
+        return (combine(state, line) if have else line), True, k
 
     return fold_line
 
 
 @functools.lru_cache(maxsize=None)
-def _thread_fold_items(spec, nd_outer, unroll, across=False):
+def _thread_fold_items(spec, nd_outer, unroll, across=False, ends=False):
     """Device function ``(state, have, xs, base, k, k_end, step, inner, outer_shape,
     outer_strides, outer_index_strides) -> (state, have)``: fold items ``k, k + step,
     ...`` (< ``k_end``) of one output's reduced space, whose innermost dimension is
@@ -531,7 +534,12 @@ def _thread_fold_items(spec, nd_outer, unroll, across=False):
 
     ``across`` (wide, one reduced dimension): a pair's two items belong to two neighbouring
     outputs, not to one: ``(..., outer_index_strides, state_b) -> (state, have, state_b)``,
-    the lower items folded into ``state``, the upper into ``state_b``."""
+    the lower items folded into ``state``, the upper into ``state_b``.
+
+    ``ends`` (one reduced dimension): ``-> (state, have, k)``, ``k`` the position of the
+    thread's next item past ``k_end`` (where a walk over rows resumes, without a division)."""
+    if (across or ends) and nd_outer:
+        raise ValueError("cufold: a fold across outputs or to its end walks one reduced dimension")
     if across and (nd_outer or not spec.wide):
         raise ValueError("cufold: a fold across two outputs reads 8-byte pairs along one reduced dimension")
     start, update, _ = _reduce_mod._protocol(spec)
@@ -585,6 +593,8 @@ def _thread_fold_items(spec, nd_outer, unroll, across=False):
     walk = "outer_shape, outer_strides, outer_index_strides"
     if across:
         lines = _single_dim_fold(unroll, walk + ", state_b", first_update, updates, "state, have, state_b")
+    elif ends:
+        lines = _single_dim_fold(unroll, walk, first_update, updates, "state, have, k")
     elif nd_outer == 0:
         lines = _single_dim_fold(unroll, walk, first_update, updates)
     else:
@@ -623,6 +633,8 @@ def _single_dim_fold(unroll, walk, first_update, updates, returned="state, have"
     lines += first_update("        ", 0)
     for j in range(1, unroll - 1):
         lines += ["        if k + %d * step < k_end:" % j] + updates("            ", j)
+    if returned.endswith(", k"):     # where the next item would be (fewer than unroll steps)
+        lines += ["    while k < k_end:", "        k += step"]
     lines += ["    return " + returned]
     return lines
 
