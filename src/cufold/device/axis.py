@@ -405,7 +405,7 @@ def unroll_of(spec, items_per_thread):
     its count (at least 2): one full batch, where the general batch would issue its
     ``unroll - 1`` guarded loads and selects for every output (y.sum(axis=1) of (64, 3,
     65536), 3 items an output: 74 instructions an item at 25% of DRAM bandwidth, H200)."""
-    if spec.wide or spec.in_vt.is_tuple or spec.in_vt.itemsize > 4:
+    if spec.in_vt.is_tuple or spec.in_vt.itemsize > 4:
         base = UNROLL
     else:
         # (measured for float32 items summed in float32 or compensated float32; wider
