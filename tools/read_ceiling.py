@@ -4,7 +4,7 @@ the data can come, by size: a whole-array float32 sum (and argmax) of y's 48 MiB
 (``cuda.compute.reduce_into``), and a device-to-device copy of the same bytes; inputs
 rotated through more than L2. GPU only:
 
-    PYTHONPATH=.site:src python3 tools/read_ceiling.py
+    PYTHONPATH=.site:src python3 tools/read_ceiling.py [N ...]   (items; default y's and A's)
 """
 import os
 import sys
@@ -16,7 +16,7 @@ import cufold
 import cuda.compute as cc
 from gpu_timing import rotating_us
 COPY_BW = 4.19e6   # bytes per us: bench axes' copy bandwidth on an H200 (its floor)
-for n in (64 * 3 * 65536, 1 << 26):
+for n in [int(a) for a in sys.argv[1:]] or (64 * 3 * 65536, 1 << 26):
     k = max(4, (400 << 20) // (4 * n))
     xs = [torch.rand(n, device="cuda") for _ in range(k)]
     cps = [cupy.asarray(x) for x in xs]
