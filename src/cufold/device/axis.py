@@ -543,8 +543,8 @@ def _thread_fold_items(spec, nd_outer, unroll, across=False, ends=False):
     thread's next item past ``k_end`` (where a walk over rows resumes, without a division)."""
     if (across or ends) and nd_outer:
         raise ValueError("cufold: a fold across outputs or to its end walks one reduced dimension")
-    if across and (nd_outer or not spec.wide):
-        raise ValueError("cufold: a fold across two outputs reads 8-byte pairs along one reduced dimension")
+    if across and not spec.wide:
+        raise ValueError("cufold: a fold across two outputs reads 8-byte pairs")
     start, update, _ = _reduce_mod._protocol(spec)
     load = spec.in_vt.load
     outer_at = _unravel(nd_outer)      # (offset, C-order index)
