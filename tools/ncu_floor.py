@@ -1,0 +1,101 @@
+"""The reads behind #24's 90%-of-the-floor criterion, once each (after a warm-up), for ncu's
+DRAM counters: what any library reaches on y's 48 MiB, what a copy reaches, and the bytes
+A[:, ::2] makes DRAM deliver (every sector of A: twice its contiguous copy's).
+
+    ncu --profile-from-start off --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,\\
+dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\\
+sm__throughput.avg.pct_of_peak_sustained_elapsed python tools/ncu_floor.py > $OUT/ncu-floor.csv
+    python tools/ncu_floor.py --table $OUT/ncu-floor.csv      # a line a launch, under its case
+
+Every case runs once untimed first (compiles, plans); then, between cudaProfilerStart and
+Stop, each case follows a marker (torch's spin kernel), so the table tells whose kernels
+(cufold's, torch's, CuPy's, CUB's) are whose.
+"""
+import csv
+import sys
+
+import numpy as np
+
+
+def cases():
+    """(label, call) of each read; inputs made once, on the current GPU."""
+    import cupy
+    import torch
+
+    import cufold
+    import cuda.compute as cc
+    from axis_cases import array
+
+    x, y = array("x"), array("y")
+    x_half = x[:, ::2]
+    x_half_copy = x_half.contiguous()
+    y_flat = y.reshape(-1)
+    y_copy = torch.empty_like(y_flat)
+    y_cp = cupy.asarray(y_flat)
+    out = cupy.empty(1, np.float32)
+    made = cc.make_reduce_into(d_in=y_cp, d_out=out, op=cc.OpKind.PLUS, h_init=np.zeros(1, np.float32))
+    temp = cupy.empty(max(1, int(made(temp_storage=None, d_in=y_cp, d_out=out, num_items=y_cp.size,
+                                      op=cc.OpKind.PLUS, h_init=np.zeros(1, np.float32)))), np.uint8)
+    return [
+        ("cufold.sum(y)", lambda: cufold.sum(y)),
+        ("torch.sum(y)", lambda: y.sum()),
+        ("cupy.sum(y)", lambda: y_cp.sum()),
+        ("CUB reduce_into(y)", lambda: made(temp_storage=temp, d_in=y_cp, d_out=out, num_items=y_cp.size,
+                                            op=cc.OpKind.PLUS, h_init=np.zeros(1, np.float32))),
+        ("copy(y)", lambda: y_copy.copy_(y_flat)),
+        ("cufold.sum(y, axis=2)", lambda: cufold.sum(y, axis=2)),
+        ("cufold.argmax(y, axis=2)", lambda: cufold.argmax(y, axis=2)),
+        ("cufold.argmax(y)", lambda: cufold.argmax(y)),
+        ("cufold.argmax(y.permute(0, 2, 1))", lambda: cufold.argmax(y.permute(0, 2, 1))),
+        ("cufold.argmax(x.T)", lambda: cufold.argmax(x.T)),
+        ("cufold.sum(x[:, ::2])", lambda: cufold.sum(x_half)),
+        ("cufold.sum(x[:, ::2].contiguous())", lambda: cufold.sum(x_half_copy)),
+        ("torch.sum(x[:, ::2])", lambda: x_half.sum()),
+    ]
+
+
+MARKER = "spin"         # (torch.cuda._sleep's kernel name holds it)
+
+
+def run():
+    import torch
+    todo = cases()
+    for label, call in todo:      # compiled and planned before the profiled launches
+        call()
+        print("case: " + label)   # (in the order of the markers: what --table reads)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _, call in todo:
+        torch.cuda._sleep(1000)
+        call()
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def table(path):
+    """ncu's --csv (one row a metric a launch) as one line a launch, under its case."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    labels = [line[len("case: "):] for line in lines if line.startswith("case: ")]
+    rows = list(csv.reader(line for line in lines if line.startswith('"')))
+    launches = {}
+    head, rows = rows[0], rows[1:]
+    col = {name: k for k, name in enumerate(head)}
+    for r in rows:
+        key = (int(r[col["ID"]]), r[col["Kernel Name"]][:40])
+        launches.setdefault(key, {})[r[col["Metric Name"]]] = (r[col["Metric Value"]], r[col["Metric Unit"]])
+    case = -1
+    for (i, name), m in sorted(launches.items()):
+        if MARKER in name:
+            case += 1
+            print("== %s" % (labels[case] if case < len(labels) else "?"))
+            continue
+        print("   %-40s %s" % (name, "  ".join("%s=%s %s" % (k, v, u) for k, (v, u) in sorted(m.items()))))
+
+
+if __name__ == "__main__":
+    if "--table" in sys.argv:
+        table(sys.argv[sys.argv.index("--table") + 1])
+    else:
+        sys.path.insert(0, __file__.rsplit("/", 1)[0])
+        run()
