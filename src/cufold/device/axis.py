@@ -250,7 +250,8 @@ TRANSPOSED_COLUMNS = int(os.environ.get("CUFOLD_TRANSPOSED_COLUMNS", "32"))
 TRANSPOSED_ROWS = int(os.environ.get("CUFOLD_TRANSPOSED_ROWS", "64"))
 #: Columns with one reduced dimension whose neighbouring outputs are neighbours in memory:
 #: a thread folds two of them through 8-byte loads (``CUFOLD_COLUMN_PAIRS=0``: one a thread).
-#: Not yet measured on a GPU (branch column-pairs).
+#: H200, same run: y.max(axis=0) of (64, 3, 65536) 20.0 -> 17.0 us (torch 18.5), its argmax
+#: 24.4 -> 16.9 (with the rising update).
 COLUMN_PAIRS = os.environ.get("CUFOLD_COLUMN_PAIRS", "1") == "1"
 
 
