@@ -19,6 +19,18 @@ def x(rng):
     return rng.integers(-9, 9, SHAPE).astype(np.int32)
 
 
+@pytest.fixture
+def axis_keys(monkeypatch):
+    """``keys(kind)``: the keys of the ``kind`` axis kernels ("axis_rows", "axis_columns",
+    ...) asked of the launch path from now on (a Program asks as it is planned: clear a
+    reduction's programs to plan it again)."""
+    from cufold.host import launch as launch_mod
+    seen = []
+    real = launch_mod.kernel_for
+    monkeypatch.setattr(launch_mod, "kernel_for", lambda fn, key, args: seen.append(key) or real(fn, key, args))
+    return lambda kind: [k for k in seen if isinstance(k, tuple) and k[0] == kind]
+
+
 @pytest.mark.parametrize("axis", AXES)
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_sum_axes(x, axis, keepdims):
@@ -89,21 +101,12 @@ def test_argmax_axis(rng):
 
 @pytest.mark.parametrize("shape, view", [((6, 40), "whole"), ((6, 41), "whole"), ((60, 70), "rows_strided"),
                                          ((9, 300), "transposed"), ((4, 5, 64), "whole")])
-def test_argmin_argmax_rising_update(rng, monkeypatch, shape, view):
+def test_argmin_argmax_rising_update(rng, axis_keys, shape, view):
     """Where a thread's items come in rising index order (reduce.Spec.rising), argmin/argmax
     update without the tie test: the first index still wins ties, the first NaN still wins,
     along every axis (rows, columns, full reductions), 4- and 8-byte items. A transposed view
     read in memory order does not rise and keeps the general update: its first maximum in
     memory order is not its first in the view's order."""
-    from cufold.host import launch as launch_mod
-    specs = []
-    real = launch_mod.kernel_for
-
-    def spy(fn, key, args):
-        if isinstance(key, tuple) and str(key[0]).startswith("axis"):
-            specs.append(key[1])
-        return real(fn, key, args)
-    monkeypatch.setattr(launch_mod, "kernel_for", spy)
     for dtype in (np.float32, np.float64, np.int32):
         x = rng.integers(0, 3, shape).astype(dtype)          # few values: ties everywhere
         if view == "transposed":        # the first in memory order is not the first in the view's
@@ -125,6 +128,7 @@ def test_argmin_argmax_rising_update(rng, monkeypatch, shape, view):
     # The cheap update ran. (Which kernel a transposed view takes depends on the device: the
     # simulator walks it in memory order, not rising; an H200 reads it in the view's order
     # through the device reduce, rising. The ties placed above prove either.)
+    specs = [k[1] for kind in ("axis_rows", "axis_columns", "axis_transposed") for k in axis_keys(kind)]
     assert True in {s.rising for s in specs if s.lift == "index"}
 
 
@@ -409,20 +413,11 @@ def test_short_columns_take_several_outputs_a_thread(rng, shape, axis, per, simu
 
 @pytest.mark.parametrize("shape, view, wide", [((9, 3, 100), "whole", True), ((9, 300), "offset", False),
                                                ((9, 301), "whole", None), ((9, 3, 100), "reversed", True)])
-def test_neighbouring_columns_read_in_pairs(rng, monkeypatch, shape, view, wide, simulator_limits):
+def test_neighbouring_columns_read_in_pairs(rng, axis_keys, shape, view, wide, simulator_limits):
     """Columns along one reduced dimension whose neighbouring outputs are neighbours in
     memory: a thread folds two, 8 bytes a load (``wide``), where the data align; two a thread
     4 bytes a load where they do not (an odd start); one a thread where the row is odd
     (``None``). NaN, ties and integer items as NumPy."""
-    from cufold.host import launch as launch_mod
-    keys = []
-    real = launch_mod.kernel_for
-
-    def spy(fn, key, args):
-        if isinstance(key, tuple) and key[0] == "axis_columns":
-            keys.append(key)
-        return real(fn, key, args)
-    monkeypatch.setattr(launch_mod, "kernel_for", spy)
     for dtype in (np.float32, np.int32):
         x = rng.integers(0, 3, shape).astype(dtype)
         if dtype == np.float32:
@@ -435,6 +430,7 @@ def test_neighbouring_columns_read_in_pairs(rng, monkeypatch, shape, view, wide,
             got = host(getattr(cufold, name)(dv, axis=0))
             want = getattr(np, name)(xv.astype(np.float64) if name in ("sum", "mean") else xv, axis=0)
             np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True, err_msg="%s %s" % (name, dtype))
+    keys = axis_keys("axis_columns")
     per = {k[7] for k in keys}
     assert per == ({1} if wide is None else {2})
     assert {k[1].wide for k in keys} == {bool(wide)}
@@ -606,14 +602,10 @@ if given is not None:
 
 @pytest.mark.parametrize("shape, view", [((6, 40), "whole"), ((2, 700), "whole"), ((60, 70), "rows_strided"),
                                          ((6, 41), "offset")])
-def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
+def test_wide_loads_where_rows_align(rng, axis_keys, shape, view):
     """4-byte rows read 8 bytes a load where every row starts 8-byte aligned; not where
     they cannot (odd rows, an odd start). argmin/argmax too: a pair's second item is one
     index stride past its first (ties among few distinct values go to NumPy's index)."""
-    from cufold.host import launch as launch_mod
-    keys = []
-    real = launch_mod.kernel_for
-    monkeypatch.setattr(launch_mod, "kernel_for", lambda fn, key, args: keys.append(key) or real(fn, key, args))
     cufold.device._SUM.programs.clear()         # plan again: the launches are made when planned
     x = rng.integers(-50, 50, shape).astype(np.float32)
     d = cuda.to_device(x)
@@ -629,9 +621,9 @@ def test_wide_loads_where_rows_align(rng, monkeypatch, shape, view):
     for name in ("argmax", "argmin"):
         getattr(cufold.device, "_" + name.upper()).programs.clear()
         np.testing.assert_array_equal(host(getattr(cufold, name)(dtv, axis=axis)), getattr(np, name)(tv, axis=axis))
-    wide = [k[1].wide for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"]
+    wide = [k[1].wide for k in axis_keys("axis_rows")]
     assert wide and all(wide) == (view != "offset") and any(wide) == (view != "offset")
-    assert {k[1].lift for k in keys if isinstance(k, tuple) and k[0] == "axis_rows"} >= {"index", "count"}
+    assert {k[1].lift for k in axis_keys("axis_rows")} >= {"index", "count"}
 
 
 def test_tuple_fields_may_differ_in_strides_of_length_one_dimensions(rng):

@@ -322,21 +322,6 @@ def _protocol_items(spec):
     return start, update, finish
 
 
-def _tree_lines(pad, leaves):
-    """Generated lines that combine the values named ``leaves`` (in order) as a tree:
-    neighbours in pairs, level by level (``combine``: any associative operator). Returns
-    (lines, the name of the total): a chain log2(len) combines deep, not len."""
-    lines, names, level = [], list(leaves), 0
-    while len(names) > 1:
-        paired = []
-        for i in range(0, len(names) - 1, 2):
-            paired.append("t%d_%d" % (level, i // 2))
-            lines.append(pad + "%s = combine(%s, %s)" % (paired[-1], names[i], names[i + 1]))
-        names = paired + names[len(names) - len(names) % 2:]
-        level += 1
-    return lines, names[0]
-
-
 @functools.lru_cache(maxsize=None)
 def _fold_tile(spec):
     """Device function ``(state, have, xs, n, base, tid) -> (state, have)``: fold
@@ -359,19 +344,12 @@ def _fold_tile(spec):
     load = spec.in_vt.load
     lines = ["def fold_full(state, have, xs, first):"]
     lines += ["    x%d = load(xs, first + %d)" % (k, k * step) for k in range(vt)]
-    if spec.lift == "index" and not spec.rising:
-        # argmin/argmax: the tile's items as a tree, then into the state (an argmax combine
-        # is ~8 dependent instructions). H200, same run: argmax of 2^26 float32 73.3 ->
-        # 71.8 us, of 48 MiB 22.6 -> 21.6. (Along axes, where the same tree was tried in
-        # the row and column folds, it measured 0-3% slower: not there.)
-        lines += ["    v%d = start(x%d, first + %d)" % (k, k, k * step) for k in range(vt)]
-        tree, total = _tree_lines("    ", ["v%d" % k for k in range(vt)])
-        lines += tree + ["    state = combine(state, %s) if have else %s" % (total, total)]
-    else:
-        lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
-        lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1, vt)]
+    # (argmin/argmax take the rising update here, Spec.rising: their tiles' items come in
+    # index order. Before it, folding a tile as a tree of combines gained 2%, H200.)
+    lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
+    lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1, vt)]
     lines += ["    return state"]
-    env = {"load": load, "start": start, "update": update, "combine": spec.op.combine(spec.acc_vt)}
+    env = {"load": load, "start": start, "update": update}
     fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
     # Indices grow with k: item k is in range only if item 0 is, so only item 0 needs
     # `have` (one start call site, not VT: a fifth of a first call's compile, and fewer branches).
