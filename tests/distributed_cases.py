@@ -126,9 +126,13 @@ def case_all_reduce_affine_rank_order(c):
         want = (a[0], b[0])
         for r in range(1, c.world):
             want = affine_host(want, (a[r], b[r]))
-        for alg in ("gather", "scatter"):
-            x = (c.t(a[c.rank]), c.t(b[c.rank]))
-            cd.all_reduce(x, affine_op(), algorithm=alg)
+        for alg, pack_max in (("gather", cd.PACK_MAX_BYTES), ("gather", 0), ("scatter", cd.PACK_MAX_BYTES)):
+            saved, cd.PACK_MAX_BYTES = cd.PACK_MAX_BYTES, pack_max      # 0: field by field, as large tuples
+            try:
+                x = (c.t(a[c.rank]), c.t(b[c.rank]))
+                cd.all_reduce(x, affine_op(), algorithm=alg)
+            finally:
+                cd.PACK_MAX_BYTES = saved
             close(c.h(x[0]), want[0], rtol=1e-12)
             close(c.h(x[1]), want[1], rtol=1e-12)
 
@@ -140,10 +144,14 @@ def case_all_reduce_welford(c):
     data = [rng.standard_normal((int(rng.integers(1, 9)), 50)) * 3 + 1e4 for _ in range(c.world)]
     mine = data[c.rank]
     whole = np.concatenate(data)
-    for alg in (None, "sums", "gather", "scatter"):
+    for alg, pack_max in ((None, 0), ("sums", 0), ("gather", 0), ("gather", cd.PACK_MAX_BYTES), ("scatter", 0)):
         state = (c.t(np.full(50, mine.shape[0], np.float64)), c.t(mine.mean(0)),
                  c.t(((mine - mine.mean(0)) ** 2).sum(0)))
-        cd.all_reduce(state, cufold.welford, algorithm=alg)
+        saved, cd.PACK_MAX_BYTES = cd.PACK_MAX_BYTES, pack_max     # 0: gathered field by field
+        try:
+            cd.all_reduce(state, cufold.welford, algorithm=alg)
+        finally:
+            cd.PACK_MAX_BYTES = saved
         close(c.h(state[0]), np.full(50, len(whole)))
         close(c.h(state[1]), whole.mean(0), rtol=1e-12)
         close(c.h(state[2]) / len(whole), whole.var(0), rtol=1e-9)

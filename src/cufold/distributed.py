@@ -27,8 +27,9 @@ call                                   what every rank gets
   ``maximum`` of integers, since the backends do not promise NumPy's NaN propagation),
   field by field for tuples, go straight to ``torch.distributed.all_reduce``;
 - ``"gather"``: every rank's ``x`` is gathered (``all_gather_into_tensor``) and folded along
-  the rank axis by ``cufold.reduce(axis=0)``: ``W`` times the bytes of ``x`` received and
-  folded on each rank, one collective (small arrays);
+  the rank axis by ``cufold.reduce(axis=0)``: each rank sends ``x``'s bytes and receives
+  ``W - 1`` times them, and folds ``W`` values an item. At two ranks these are the bytes of a
+  ring all-reduce, in one step instead of two;
 - ``"scatter"``: a reduce-scatter built of ``all_to_all`` (rank ``r`` receives everyone's
   ``r``-th chunk), the fold of that chunk, then an ``all_gather`` of the folded chunks: each
   rank sends and receives ``2 (W - 1) / W`` of ``x``'s bytes, as a ring all-reduce, and folds
@@ -38,9 +39,12 @@ call                                   what every rank gets
   sums, ``(count, count * mean)`` and then ``M2 + count * (mean - merged mean)^2``: the bytes
   of one NCCL all-reduce of the states, plus elementwise passes.
 
-``algorithm=None`` takes ``"nccl"`` where it applies, ``"sums"`` for Welford states, else
-``"gather"`` below :data:`SCATTER_MIN_ITEMS` items and ``"scatter"`` from there. Tuples
-gather in one collective (their fields packed in one buffer).
+``algorithm=None`` takes ``"nccl"`` where it applies; else at two ranks ``"gather"`` (the
+bytes of one all-reduce and one elementwise fold: on 2 x H200 it merged Welford states of
+2^24 items faster than ``"sums"``, see docs/performance.md); from three ranks on, ``"sums"``
+for Welford states, else ``"gather"`` below :data:`SCATTER_MIN_ITEMS` items and
+``"scatter"`` from there. A small tuple gathers in one collective (its fields packed in one
+buffer); from :data:`PACK_MAX_BYTES` on, field by field (no copies in and out of a pack).
 
 **Checks and synchronisation.** With ``check=True`` (the default) the ranks first exchange a
 short description of their call (function, operator, shapes, dtypes, and for keys their range)
@@ -83,13 +87,16 @@ from .host import arrays as _arrays, launch as _launch, programs as _programs, r
 from .device import reproducible as _reproducible
 
 __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "mean", "var",
-           "mean_var", "reduce_by_key_into", "SCATTER_MIN_ITEMS"]
+           "mean_var", "reduce_by_key_into", "SCATTER_MIN_ITEMS", "PACK_MAX_BYTES"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-#: ``all_reduce(algorithm=None)`` of a non-native operator folds scattered chunks from this
-#: many items on (fewer: gathered whole, one collective instead of two).
+#: ``all_reduce(algorithm=None)`` of a non-native operator over three or more ranks folds
+#: scattered chunks from this many items on (fewer: gathered whole, one collective instead of two).
 SCATTER_MIN_ITEMS = 1 << 16
+#: A tuple's fields gather packed in one buffer (one collective) up to this many bytes a
+#: rank; larger ones gather field by field, sparing the pack's copies.
+PACK_MAX_BYTES = 1 << 20
 
 
 def _torch():
@@ -397,8 +404,9 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     native = _native(op, ts)
     n = ts[0].numel()
     if algorithm is None:
-        algorithm = ("nccl" if native is not None else "sums" if _welford_sums_apply(op, ts) else
-                     "scatter" if n >= SCATTER_MIN_ITEMS and w > 1 else "gather")
+        algorithm = ("nccl" if native is not None else "gather" if w <= 2 else
+                     "sums" if _welford_sums_apply(op, ts) else
+                     "scatter" if n >= SCATTER_MIN_ITEMS else "gather")
     if algorithm == "nccl":
         for t, o in zip(ts, outs):
             if o is not t:
@@ -439,16 +447,20 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
 
 
 def _gather_fields(flat, group):
-    """Every rank's 1-D fields ``flat`` (equally long), gathered by one collective: a list of
-    (W, n) tensors, one per field. Several fields travel packed in one byte buffer (each at an
-    offset aligned to its item size), so a tuple costs one collective, not one per field."""
+    """Every rank's 1-D fields ``flat`` (equally long), gathered: a list of (W, n) tensors, one
+    per field. Up to :data:`PACK_MAX_BYTES` a rank, several fields travel packed in one byte
+    buffer (each at an offset aligned to its item size), so a small tuple costs one collective,
+    not one per field; larger ones go field by field, without the pack's copies."""
     torch, _ = _torch()
     w, _ = _group_info(group)
     n, dev = flat[0].numel(), flat[0].device
-    if len(flat) == 1:
-        s = torch.empty(w * n, dtype=flat[0].dtype, device=dev)
-        _all_gather(s, flat[0], group)
-        return [s.view(w, n)]
+    if len(flat) == 1 or n * _builtins.sum(f.element_size() for f in flat) > PACK_MAX_BYTES:
+        stacks = []
+        for f in flat:
+            s = torch.empty(w * n, dtype=f.dtype, device=dev)
+            _all_gather(s, f, group)
+            stacks.append(s.view(w, n))
+        return stacks
     offsets, size = [], 0
     for f in flat:
         size = -(-size // f.element_size()) * f.element_size()

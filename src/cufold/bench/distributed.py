@@ -8,12 +8,16 @@ Cases (float32; every rank holds the sizes below):
                       and the default ``check=True``, one agreement exchange). Target: cufold's
                       throughput >= 0.97x torch's.
 ``all_reduce welford`` a Welford ``(count, mean, M2)`` tuple over 2^24 items (three float32
-                      fields, 192 MiB): ``cufold.welford`` (default: ``"sums"``) and folded by ``"scatter"`` and ``"gather"``,
-                      against one NCCL ``all_reduce`` (sum) of the same bytes.
-                      Target: cufold's default <= 1.5x that time.
+                      fields, 192 MiB): ``cufold.welford`` by the default algorithm (``"gather"``
+                      at two ranks, ``"sums"`` from three) and by each algorithm, against one NCCL
+                      ``all_reduce`` (sum) of the same bytes (and, for reference, one NCCL
+                      ``all_gather`` of them). Target: cufold's default <= 1.5x that time.
 ``reduce sum``        2^30 items per rank: ``cufold.distributed.sum`` (local sum, then a
                       one-item all-reduce) against ``cufold.sum`` of all ``W * 2^30`` items on
                       one GPU (rank 0 alone). Target: throughput >= 1.9x one GPU (W = 2).
+                      Also timed: the sum of one rank's shard on one GPU (what the single
+                      call adds to it is the barrier's skew between ranks and the one-item
+                      all-reduce) and ``BACK_TO_BACK`` calls back to back (a call's share: throughput).
 ``argmax``            2^28 items per rank: ``cufold.distributed.argmax`` (global index)
                       against torch (local ``argmax``, its value, an ``all_gather`` of the
                       pairs and the first maximum picked on the GPU).
@@ -44,6 +48,8 @@ import time
 __all__ = ["main", "TARGETS"]
 
 LOG2 = {"all_reduce": 28, "welford": 24, "reduce": 30, "argmax": 28}
+#: Calls timed back to back in the throughput row of the reduce case.
+BACK_TO_BACK = 8
 #: (name, the row measured, the peer row, cmp, threshold, how): the ratio is peer / row
 #: for "speed" (>= threshold), row / peer for "time" (<= threshold).
 TARGETS = [
@@ -124,7 +130,7 @@ def _rank_main(args):
     dev = torch.device("cuda", rank)
     rows = []
 
-    def timed(label, fn, group_rows=True):
+    def timed(label, fn, group_rows=True, per_call=1):
         for _ in range(3):
             fn()
         times = []
@@ -136,7 +142,7 @@ def _rank_main(args):
             fn()
             e.record()
             e.synchronize()
-            times.append(s.elapsed_time(e) * 1000.0)
+            times.append(s.elapsed_time(e) * 1000.0 / per_call)
         mine = torch.tensor([float(np.median(times))], device=dev)
         every = torch.empty(world, device=dev)
         dist.all_gather_into_tensor(every, mine)
@@ -175,20 +181,22 @@ def _rank_main(args):
     for p, f in zip(pairs, state):
         dist.all_gather_into_tensor(p, f)
     want = cufold.reduce(tuple(p.view(world, n) for p in pairs), cufold.welford, axis=0)
-    for alg in ("gather", "scatter", None):
+    for alg in ("gather", "scatter", "sums", None):
         got = tuple(f.clone() for f in state)
         cd.all_reduce(got, cufold.welford, algorithm=alg)
         for a, b in zip(got, want):
             check(a, b, "welford %s" % alg, rtol=1e-5)
     flat = torch.rand(3 * n, device=dev, generator=g)
     timed("NCCL all_reduce, same bytes", lambda: dist.all_reduce(flat))
+    every_flat = torch.empty(world * 3 * n, device=dev)
+    timed("NCCL all_gather, same bytes a rank", lambda: dist.all_gather_into_tensor(every_flat, flat))
     two, one = flat[: 2 * n], flat[2 * n:]         # what the 'sums' path sends, without its kernels
     timed("NCCL all_reduce 2/3 then 1/3 of the bytes", lambda: (dist.all_reduce(two), dist.all_reduce(one)))
     timed("cufold all_reduce welford", lambda: cd.all_reduce(state, cufold.welford, check=False))
-    for alg in ("scatter", "gather"):
+    for alg in ("sums", "scatter", "gather"):
         timed("cufold all_reduce welford [%s]" % alg,
               lambda alg=alg: cd.all_reduce(state, cufold.welford, algorithm=alg, check=False))
-    del state, pairs, flat, want
+    del state, pairs, flat, want, every_flat
 
     # reduce: sum of 2^30 per rank against one GPU summing all W * 2^30
     current[0] = "reduce sum 2^%d per rank" % (LOG2["reduce"] - shrink)
@@ -199,23 +207,33 @@ def _rank_main(args):
     check(cd.sum(x), total, "distributed sum", rtol=1e-4)
     timed("cufold.distributed.sum", lambda: cd.sum(x, check=False))
     timed("torch.sum + all_reduce", lambda: dist.all_reduce(torch.sum(x)))
-    del x
-    torch.cuda.empty_cache()
-    if rank == 0:                               # one GPU, the whole array, the others idle
-        whole = torch.rand(world * n, device=dev, generator=g)
+    # The single call's time holds how far apart the ranks leave the barrier and the
+    # one-item all-reduce's latency; calls back to back (a call's share) hold them once.
+    timed("cufold.distributed.sum, %d calls back to back (a call)" % BACK_TO_BACK,
+          lambda: [cd.sum(x, check=False) for _ in range(BACK_TO_BACK)], per_call=BACK_TO_BACK)
+
+    def alone(label, fn):                       # rank 0 alone, the others idle
         for _ in range(3):
-            cufold.sum(whole)
+            fn()
         ts = []
         for _ in range(reps):
             torch.cuda.synchronize()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            cufold.sum(whole)
+            fn()
             e.record()
             e.synchronize()
             ts.append(s.elapsed_time(e) * 1000.0)
-        rows.append({"case": current[0], "label": "cufold.sum, one GPU, whole array",
-                     "us": float(np.median(ts)), "per_rank_us": [float(np.median(ts))]})
+        rows.append({"case": current[0], "label": label, "us": float(np.median(ts)),
+                     "per_rank_us": [float(np.median(ts))]})
+
+    if rank == 0:
+        alone("cufold.sum, one GPU, one rank's shard", lambda: cufold.sum(x))
+    del x
+    torch.cuda.empty_cache()
+    if rank == 0:
+        whole = torch.rand(world * n, device=dev, generator=g)
+        alone("cufold.sum, one GPU, whole array", lambda: cufold.sum(whole))
         del whole
     dist.barrier()
 
