@@ -2,11 +2,14 @@
 DRAM counters: what any library reaches on y's 48 MiB, what a copy reaches, and the bytes
 A[:, ::2] makes DRAM deliver (every sector of A: twice its contiguous copy's).
 
-    ncu --profile-from-start off --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,\\
+    ncu --profile-from-start off --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,\\
 dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\\
 sm__throughput.avg.pct_of_peak_sustained_elapsed python tools/ncu_floor.py > $OUT/ncu-floor.csv
     python tools/ncu_floor.py --table $OUT/ncu-floor.csv      # a line a launch, under its case
 
+(``--clock-control none``: the clocks the benchmarks run at; ncu's default locks them to
+base, which slows instruction-heavy kernels more than reads.) (A copy_ of a contiguous
+tensor is a DMA copy, which ncu does not profile: the copy here is an elementwise kernel.)
 Every case runs once untimed first (compiles, plans); then, between cudaProfilerStart and
 Stop, each case follows a marker (torch's spin kernel), so the table tells whose kernels
 (cufold's, torch's, CuPy's, CUB's) are whose.
@@ -42,10 +45,11 @@ def cases():
         ("cupy.sum(y)", lambda: y_cp.sum()),
         ("CUB reduce_into(y)", lambda: made(temp_storage=temp, d_in=y_cp, d_out=out, num_items=y_cp.size,
                                             op=cc.OpKind.PLUS, h_init=np.zeros(1, np.float32))),
-        ("copy(y)", lambda: y_copy.copy_(y_flat)),
+        ("copy(y), as a kernel (torch.mul by 1)", lambda: torch.mul(y_flat, 1.0, out=y_copy)),
         ("cufold.sum(y, axis=2)", lambda: cufold.sum(y, axis=2)),
         ("cufold.argmax(y, axis=2)", lambda: cufold.argmax(y, axis=2)),
         ("cufold.argmax(y)", lambda: cufold.argmax(y)),
+        ("torch.argmax(y)", lambda: y.argmax()),
         ("cufold.argmax(y.permute(0, 2, 1))", lambda: cufold.argmax(y.permute(0, 2, 1))),
         ("cufold.argmax(x.T)", lambda: cufold.argmax(x.T)),
         ("cufold.sum(x[:, ::2])", lambda: cufold.sum(x_half)),

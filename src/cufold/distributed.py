@@ -28,8 +28,7 @@ call                                   what every rank gets
   field by field for tuples, go straight to ``torch.distributed.all_reduce``;
 - ``"gather"``: every rank's ``x`` is gathered (``all_gather_into_tensor``) and folded along
   the rank axis by ``cufold.reduce(axis=0)``: each rank sends ``x``'s bytes and receives
-  ``W - 1`` times them, and folds ``W`` values an item. At two ranks these are the bytes of a
-  ring all-reduce, in one step instead of two;
+  ``W - 1`` times them, and folds ``W`` values an item (small arrays);
 - ``"scatter"``: a reduce-scatter built of ``all_to_all`` (rank ``r`` receives everyone's
   ``r``-th chunk), the fold of that chunk, then an ``all_gather`` of the folded chunks: each
   rank sends and receives ``2 (W - 1) / W`` of ``x``'s bytes, as a ring all-reduce, and folds
@@ -39,11 +38,11 @@ call                                   what every rank gets
   sums, ``(count, count * mean)`` and then ``M2 + count * (mean - merged mean)^2``: the bytes
   of one NCCL all-reduce of the states, plus elementwise passes.
 
-``algorithm=None`` takes ``"nccl"`` where it applies; else at two ranks ``"gather"`` (the
-bytes of one all-reduce and one elementwise fold: on 2 x H200 it merged Welford states of
-2^24 items faster than ``"sums"``, see docs/performance.md); from three ranks on, ``"sums"``
-for Welford states, else ``"gather"`` below :data:`SCATTER_MIN_ITEMS` items and
-``"scatter"`` from there. A small tuple gathers in one collective (its fields packed in one
+``algorithm=None`` takes ``"nccl"`` where it applies, ``"sums"`` for Welford states, else
+``"gather"`` below :data:`SCATTER_MIN_ITEMS` items and ``"scatter"`` from there. (At two
+ranks ``"gather"`` sends the bytes of a ring all-reduce in one step, but NCCL's all-gather of
+192 MiB took 820-831 us on 2 x H200 where its all-reduce took 718-761: it stays the choice
+for small arrays only.) A small tuple gathers in one collective (its fields packed in one
 buffer); from :data:`PACK_MAX_BYTES` on, field by field (no copies in and out of a pack).
 
 **Checks and synchronisation.** With ``check=True`` (the default) the ranks first exchange a
@@ -91,8 +90,8 @@ __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argma
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
-#: ``all_reduce(algorithm=None)`` of a non-native operator over three or more ranks folds
-#: scattered chunks from this many items on (fewer: gathered whole, one collective instead of two).
+#: ``all_reduce(algorithm=None)`` of a non-native operator folds scattered chunks from this
+#: many items on (fewer: gathered whole, one collective instead of two).
 SCATTER_MIN_ITEMS = 1 << 16
 #: A tuple's fields gather packed in one buffer (one collective) up to this many bytes a
 #: rank; larger ones gather field by field, sparing the pack's copies.
@@ -404,9 +403,8 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     native = _native(op, ts)
     n = ts[0].numel()
     if algorithm is None:
-        algorithm = ("nccl" if native is not None else "gather" if w <= 2 else
-                     "sums" if _welford_sums_apply(op, ts) else
-                     "scatter" if n >= SCATTER_MIN_ITEMS else "gather")
+        algorithm = ("nccl" if native is not None else "sums" if _welford_sums_apply(op, ts) else
+                     "scatter" if n >= SCATTER_MIN_ITEMS and w > 1 else "gather")
     if algorithm == "nccl":
         for t, o in zip(ts, outs):
             if o is not t:
