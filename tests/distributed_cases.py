@@ -155,7 +155,7 @@ def case_all_reduce_welford(c):
         close(c.h(state[0]), np.full(50, len(whole)))
         close(c.h(state[1]), whole.mean(0), rtol=1e-12)
         close(c.h(state[2]) / len(whole), whole.var(0), rtol=1e-9)
-    many = rng.standard_normal((c.world, 3, 700)) + 50     # more items than threads: two a step
+    many = rng.standard_normal((c.world, 3, 300)) + 50     # the merge kernels' full tiles, then a part
     many[:, 0] = np.floor(np.abs(many[:, 0]))                 # counts, some zero
     state = tuple(c.t(f) for f in many[c.rank])
     cd.all_reduce(state, cufold.welford, algorithm="sums")
@@ -165,7 +165,7 @@ def case_all_reduce_welford(c):
     close(c.h(state[0]), total)
     close(c.h(state[1]), mu, rtol=1e-12)
     close(c.h(state[2]), (m2 + cnt * (mean - mu) ** 2).sum(0), rtol=1e-10)
-    state = tuple(c.t(f.reshape(7, 100)) for f in many[c.rank])     # 2-D states, the default path
+    state = tuple(c.t(f.reshape(3, 100)) for f in many[c.rank])     # 2-D states, the default path
     cd.all_reduce(state, cufold.welford)
     close(c.h(state[0]).ravel(), total)
     close(c.h(state[1]).ravel(), mu, rtol=1e-12)
