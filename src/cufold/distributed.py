@@ -83,7 +83,7 @@ from numba import config, cuda
 from . import device as _device
 from .ops import argmax as _argmax_op, argmin as _argmin_op, as_op, maximum, minimum, multiplies, plus, welford
 from .values import ValueType
-from .host import arrays as _arrays, launch as _launch, programs as _programs, readback as _readback
+from .host import arrays as _arrays, programs as _programs, readback as _readback
 from .device import reproducible as _reproducible
 
 __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "mean", "var",
