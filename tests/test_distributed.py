@@ -26,7 +26,11 @@ CASES = sorted(distributed_cases.CASES)
 if SIMULATOR:
     WORLDS = [2, 3]
 else:
-    _gpus = len(glob.glob("/dev/nvidia[0-9]*"))
+    # The GPUs this process may use: CUDA_VISIBLE_DEVICES where set (two ranks on one GPU
+    # hang in NCCL), else every device node (no CUDA context made here).
+    _visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    _gpus = len([d for d in _visible.split(",") if d.strip()]) if _visible is not None else \
+        len(glob.glob("/dev/nvidia[0-9]*"))
     WORLDS = [1] + ([2] if _gpus >= 2 else [])
 #: The whole group's run (every scenario), in seconds: past it the ranks are killed.
 GROUP_TIMEOUT = 600

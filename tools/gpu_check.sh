@@ -9,7 +9,8 @@
 # cuts the run; the 25 slowest tests close the log.
 set -u
 OUT=${OUT:-/tmp/cufold-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
+# (installed once: two halves may run side by side on a machine of two GPUs)
+[ -d .site/numpy ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD/src PYTHONUNBUFFERED=1
 # The library's disk cache of kernels (on by default): the workers share what one compiled,
 # and the suite exercises both compiling and loading. CUFOLD_CACHE=0 for neither.
