@@ -4,7 +4,8 @@
    (``gpu_timing.gpu_us``: batches queued behind a sleep, so no host time is counted)
    against a plain copy (the bandwidth they should reach) and against variants: one
    launch per block of contiguous items instead of a grid-stride loop, 1-D rows instead
-   of the 2-D ``sums`` buffer.
+   of the 2-D ``sums`` buffer. (Since session 24 the library's kernels are the tiled ones:
+   the variants stay as the measurement that chose them.)
 2. Under ``torch.profiler`` on every rank: ``all_reduce(welford)`` (kernel and NCCL
    times, and the idle GPU between them) and ``all_reduce(x)`` with ``check=True``
    (where its extra ~360 us goes), plus the host time of the agreement alone.
