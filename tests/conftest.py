@@ -27,6 +27,26 @@ import cufold  # noqa: E402,F401  (installs the simulator's warp intrinsics)
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
 
+def _pin_xdist_worker_to_a_core():
+    """Simulator under pytest-xdist: each worker on a core of its own (``gwN`` on the
+    N-th allowed core, wrapping round). The simulator runs a launch's threads on the
+    core the launching thread is on at that moment (``cufold.simulator._pin_cpu``);
+    unpinned, two workers often launched from the same core and took turns on it
+    while the other core idled (CI's 2 cores: the suite ran 15-25% longer).
+    ``CUFOLD_SIM_PIN=0`` turns this off with the simulator's own pinning."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not (SIMULATOR and worker.startswith("gw") and hasattr(os, "sched_setaffinity")):
+        return
+    from cufold.simulator import PIN_ENV
+    if os.environ.get(PIN_ENV, "1") == "0":
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+
+
+_pin_xdist_worker_to_a_core()
+
+
 def pytest_report_header(config):
     return "cufold: running kernels on %s" % ("the CPU simulator" if SIMULATOR else "the GPU")
 

@@ -1008,7 +1008,7 @@ def test_pyg_suite_through_numba():
     env.modules["cufold"] = cufold
     settings = T.Settings(target_s=1e-9, min_reps=1, max_reps=1, max_case_s=1e9, warmup=0, est_reps=1)
     cands = [c for c in pyg.candidates() if c.lib == "cufold"]
-    results = pyg.run(env, NumbaBackend(), ("sorted", "shuffled"), (33,), 300, 40, settings, progress=False,
+    results = pyg.run(env, NumbaBackend(), ("sorted", "shuffled"), (33,), 120, 40, settings, progress=False,
                       cands=cands)
     recs = results["records"]
     assert len(recs) == 3 * 2 + 2

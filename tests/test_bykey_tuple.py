@@ -400,7 +400,7 @@ def test_bench_end_to_end(tmp_path):
     env.modules["cufold"] = cufold
     settings = Settings(target_s=1e-4, min_reps=1, max_reps=2, warmup=0, est_reps=1, max_case_s=5)
     cands = [c for c in BTB.candidates() if "[" not in c.label]      # the grouped paths: tested above
-    res = BTB.run(env, _HostBackend(), ["shuffled", "sorted"], list(BTB.TASKS), 600, 40, settings, progress=False,
+    res = BTB.run(env, _HostBackend(), ["shuffled", "sorted"], list(BTB.TASKS), 200, 40, settings, progress=False,
                   cands=cands)
     by = {(r["case"], r["label"]): r for r in res["records"]}
     for order in ("shuffled", "sorted"):

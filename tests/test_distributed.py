@@ -7,6 +7,7 @@ scenario becomes a test here.
 """
 
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +15,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+# The ranks import torch in their own processes: here only a test that needs it does (an import
+# at collection cost every xdist worker 3 s).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 from conftest import SIMULATOR  # noqa: E402
 
@@ -106,6 +109,7 @@ def test_every_case_on_every_rank(world, tmp_path):
 
 def test_uninitialised_group_is_a_clear_error():
     import numpy as np
+    torch = pytest.importorskip("torch")
     import cufold.distributed as cd
     with pytest.raises(RuntimeError, match="not initialised"):
         cd.all_reduce(torch.ones(3) if SIMULATOR else torch.ones(3, device="cuda"))
