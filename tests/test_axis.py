@@ -640,6 +640,23 @@ def test_tuple_fields_may_differ_in_strides_of_length_one_dimensions(rng):
         cufold.reduce((wide, strided_view(np.tile(i, 3), 0, (2, 8), (8, 1))[0]), cufold.argmax, axis=0)
 
 
+def test_thin_rows_compiled_for_every_thread_an_sm_holds():
+    """A thread a row holds only its row's bytes in flight: its kernel is compiled for 8
+    blocks of 256 where the accumulator fits in 32 registers without a spill in the loop
+    (4-byte items, at most two accumulator fields); wider values and groups keep 4."""
+    from types import SimpleNamespace
+    from cufold.values import ValueType
+
+    def blocks(group, item, acc):
+        return axis_mod.rows_blocks(SimpleNamespace(in_vt=ValueType.of(item), acc_vt=ValueType.of(acc)), group)
+    assert blocks(1, np.float32, np.float32) == axis_mod.THIN_ROW_BLOCKS == 8          # sum, max
+    assert blocks(1, np.float32, (np.float64, np.float64)) == 8                         # mean: (count, sum)
+    assert blocks(1, np.float32, (np.float32, np.int64)) == 8                           # argmax
+    assert blocks(1, np.float32, (np.float64,) * 3) == axis_mod.MIN_BLOCKS              # Welford
+    assert blocks(1, np.float64, np.float64) == axis_mod.MIN_BLOCKS
+    assert blocks(32, np.float32, np.float32) == axis_mod.MIN_BLOCKS
+
+
 @pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean"])
 def test_short_reduced_axis_folds_in_one_batch(rng, monkeypatch, name):
     """An output of a few items (y.sum(axis=1) of (64, 3, 65536): 3) is folded by batches of

@@ -98,6 +98,12 @@ UNROLL_SUMS = 16
 #: registers capped at 64 for 256 threads): at 72-96 registers they ran 2-3 blocks, 24-33%
 #: occupancy, too few loads in flight for the bandwidth (ncu, H100).
 MIN_BLOCKS = 4
+#: A thread a row (``group`` 1: rows of a few items) holds only its row's bytes in flight, so
+#: it needs every thread an SM can hold: such kernels of 4-byte items whose accumulator has at
+#: most two fields are compiled for 8 blocks of 256 (32 registers). ptxas sm_90, z = (2^24, 4)
+#: float32 along axis 1: mean 40 -> 32 registers (a 16-byte spill outside the loops), argmax
+#: 38 -> 26, sum and max 32 either way; mean_var's three fields would spill inside the loop.
+THIN_ROW_BLOCKS = 8
 
 
 def normalize_axis(axis, ndim):
@@ -848,8 +854,14 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
                         counters[m] = 0           # ready for the next launch on this stream
             w += groups
 
-    rows.jit_options = {"launch_bounds": (nt, MIN_BLOCKS)}
+    rows.jit_options = {"launch_bounds": (nt, rows_blocks(spec, group))}
     return rows
+
+
+def rows_blocks(spec, group):
+    """Resident blocks an SM the rows kernel of ``spec`` and ``group`` is compiled for."""
+    thin = group == 1 and spec.in_vt.itemsize <= 4 and spec.acc_vt.arity <= 2
+    return THIN_ROW_BLOCKS if thin else MIN_BLOCKS
 
 
 @cuda.jit(device=True)
