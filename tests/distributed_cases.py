@@ -110,7 +110,7 @@ def case_all_reduce_nan_max(c):
     rng = c.rng("nanmax")
     per_rank = rng.standard_normal((c.world, 40)).astype(np.float32)
     per_rank[c.world - 1, 3] = np.nan
-    for alg in ("gather", "scatter", None):
+    for alg in ("gather", "scatter", "p2p", None):
         x = c.t(per_rank[c.rank])
         cd.all_reduce(x, cufold.maximum, algorithm=alg)
         close(c.h(x), np.maximum.reduce(per_rank.astype(np.float64), axis=0))
@@ -126,7 +126,8 @@ def case_all_reduce_affine_rank_order(c):
         want = (a[0], b[0])
         for r in range(1, c.world):
             want = affine_host(want, (a[r], b[r]))
-        for alg, pack_max in (("gather", cd.PACK_MAX_BYTES), ("gather", 0), ("scatter", cd.PACK_MAX_BYTES)):
+        for alg, pack_max in (("gather", cd.PACK_MAX_BYTES), ("gather", 0), ("scatter", cd.PACK_MAX_BYTES),
+                              ("p2p", cd.PACK_MAX_BYTES)):
             saved, cd.PACK_MAX_BYTES = cd.PACK_MAX_BYTES, pack_max      # 0: field by field, as large tuples
             try:
                 x = (c.t(a[c.rank]), c.t(b[c.rank]))
@@ -144,7 +145,8 @@ def case_all_reduce_welford(c):
     data = [rng.standard_normal((int(rng.integers(1, 9)), 50)) * 3 + 1e4 for _ in range(c.world)]
     mine = data[c.rank]
     whole = np.concatenate(data)
-    for alg, pack_max in ((None, 0), ("sums", 0), ("gather", 0), ("gather", cd.PACK_MAX_BYTES), ("scatter", 0)):
+    for alg, pack_max in ((None, 0), ("sums", 0), ("gather", 0), ("gather", cd.PACK_MAX_BYTES), ("scatter", 0),
+                          ("p2p", 0)):
         state = (c.t(np.full(50, mine.shape[0], np.float64)), c.t(mine.mean(0)),
                  c.t(((mine - mine.mean(0)) ** 2).sum(0)))
         saved, cd.PACK_MAX_BYTES = cd.PACK_MAX_BYTES, pack_max     # 0: gathered field by field
@@ -175,6 +177,43 @@ def case_all_reduce_welford(c):
     assert all((c.h(f) == 0).all() for f in empty)
     raises_everywhere(lambda: cd.all_reduce((c.t(np.ones(3)),) * 2, cufold.plus, algorithm="sums"), ValueError,
                       "merges Welford states")
+
+
+def case_all_reduce_p2p(c):
+    """The one-shot fold over mapped staging: rank order, the slots in turn with new data
+    each call, staging that grows (and whose old slots are freed), ``out=``, tuples."""
+    import cufold
+    import cufold.distributed as cd
+    from cufold.host import peers
+    rng = c.rng("p2p")
+    slot_max = cd.P2P_SLOT_MAX_BYTES
+    peers.release()
+    saved, peers.MIN_BYTES = peers.MIN_BYTES, 64          # small slots, so that the test grows them
+    try:
+        for n in (5, 3, 40, 200, 33, 129):                   # grows at 40 and 200 (float64 pairs)
+            if n == 129:                                       # from here a slot at most 48 pairs
+                cd.P2P_SLOT_MAX_BYTES = 1024
+            a = rng.uniform(0.5, 1.5, (c.world, n))
+            b = rng.standard_normal((c.world, n))
+            want = (a[0], b[0])
+            for r in range(1, c.world):
+                want = affine_host(want, (a[r], b[r]))
+            x = (c.t(a[c.rank]), c.t(b[c.rank]))
+            out = (c.t(np.full(n, np.nan)), c.t(np.full(n, np.nan)))
+            cd.all_reduce(x, affine_op(), algorithm="p2p", out=out)
+            close(c.h(out[0]), want[0], rtol=1e-12)
+            close(c.h(out[1]), want[1], rtol=1e-12)
+            close(c.h(x[0]), a[c.rank])                         # out= leaves x as it was
+            v = rng.integers(-9, 9, (c.world, n)).astype(np.int16)
+            y = c.t(v[c.rank])
+            cd.all_reduce(y, cufold.maximum, algorithm="p2p")
+            assert (c.h(y) == v.max(0)).all()
+        if c.world > 1:
+            st = peers.staging(None, x[0].device, 0)
+            assert st is not None and st.capacity == 4096, st and st.capacity
+    finally:
+        peers.release()
+        peers.MIN_BYTES, cd.P2P_SLOT_MAX_BYTES = saved, slot_max
 
 
 def case_all_reduce_argmax_ties(c):

@@ -42,7 +42,7 @@ GROUP_TIMEOUT = 600
 #: that neither end owns, global indices past two shards, Welford merges of three states,
 #: and an error raised on every rank. The rest run at two ranks (three ranks of every
 #: scenario took 140 s of the CI's 2 cores).
-THREE_RANK_CASES = ["all_reduce_affine_rank_order", "all_reduce_argmax_ties", "all_reduce_welford",
+THREE_RANK_CASES = ["all_reduce_affine_rank_order", "all_reduce_argmax_ties", "all_reduce_p2p", "all_reduce_welford",
                     "by_key_sharded", "errors_everywhere", "reduce_rank_order"]
 
 

@@ -8,8 +8,10 @@ Cases (float32; every rank holds the sizes below):
                       and the default ``check=True``, one agreement exchange). Target: cufold's
                       throughput >= 0.97x torch's.
 ``all_reduce welford`` a Welford ``(count, mean, M2)`` tuple over 2^24 items (three float32
-                      fields, 192 MiB): ``cufold.welford`` by the default algorithm (``"sums"``)
-                      and by each algorithm, against one NCCL
+                      fields, 192 MiB): ``cufold.welford`` by the default algorithm (``"p2p"``
+                      at two ranks of one host, else ``"sums"``) and by each algorithm
+                      (single calls, and the default and NCCL also back to back; ``plus`` by
+                      ``"p2p"`` on the same bytes beside NCCL's), against one NCCL
                       ``all_reduce`` (sum) of the same bytes (and, for reference, one NCCL
                       ``all_gather`` of them). Target: cufold's default <= 1.5x that time.
 ``reduce sum``        2^30 items per rank: ``cufold.distributed.sum`` (local sum, then a
@@ -183,22 +185,33 @@ def _rank_main(args):
     for p, f in zip(pairs, state):
         dist.all_gather_into_tensor(p, f)
     want = cufold.reduce(tuple(p.view(world, n) for p in pairs), cufold.welford, axis=0)
-    for alg in ("gather", "scatter", "sums", None):
+    for alg in ("gather", "scatter", "sums", "p2p", None):
         got = tuple(f.clone() for f in state)
         cd.all_reduce(got, cufold.welford, algorithm=alg)
         for a, b in zip(got, want):
             check(a, b, "welford %s" % alg, rtol=1e-5)
     flat = torch.rand(3 * n, device=dev, generator=g)
+    summed = flat.clone()
+    cd.all_reduce(summed, algorithm="p2p")
+    ref = flat.clone()
+    dist.all_reduce(ref)
+    check(summed, ref, "all_reduce plus [p2p]")
     timed("NCCL all_reduce, same bytes", lambda: dist.all_reduce(flat))
     every_flat = torch.empty(world * 3 * n, device=dev)
     timed("NCCL all_gather, same bytes a rank", lambda: dist.all_gather_into_tensor(every_flat, flat))
     two, one = flat[: 2 * n], flat[2 * n:]         # what the 'sums' path sends, without its kernels
     timed("NCCL all_reduce 2/3 then 1/3 of the bytes", lambda: (dist.all_reduce(two), dist.all_reduce(one)))
     timed("cufold all_reduce welford", lambda: cd.all_reduce(state, cufold.welford, check=False))
-    for alg in ("sums", "scatter", "gather"):
+    timed("NCCL all_reduce, same bytes" + _B2B, lambda: [dist.all_reduce(flat) for _ in range(BACK_TO_BACK)],
+          per_call=BACK_TO_BACK)
+    timed("cufold all_reduce welford" + _B2B,
+          lambda: [cd.all_reduce(state, cufold.welford, check=False) for _ in range(BACK_TO_BACK)],
+          per_call=BACK_TO_BACK)
+    timed("cufold all_reduce plus [p2p], same bytes", lambda: cd.all_reduce(flat, algorithm="p2p", check=False))
+    for alg in ("p2p", "sums", "scatter", "gather"):
         timed("cufold all_reduce welford [%s]" % alg,
               lambda alg=alg: cd.all_reduce(state, cufold.welford, algorithm=alg, check=False))
-    del state, pairs, flat, want, every_flat
+    del state, pairs, flat, want, every_flat, summed, ref
 
     # reduce: sum of 2^30 per rank against one GPU summing all W * 2^30
     current[0] = "reduce sum 2^%d per rank" % (LOG2["reduce"] - shrink)

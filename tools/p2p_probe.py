@@ -1,0 +1,123 @@
+"""What ``cufold.distributed``'s ``"p2p"`` all-reduce is built of, measured bare on a machine
+of two GPUs: CUDA IPC between two ranks (``cuIpcOpenMemHandle``), a kernel reading the other
+GPU's memory over NVLink (alone, and folding it with a local array), the copy into a staging
+buffer, and NCCL's all-reduce of the same 192 MiB beside them. Each row is the slowest
+rank's median of CUDA-event times after a barrier (so the ranks' skew leaving it is in).
+
+2 x H200 (session 25): NCCL all-reduce 744-759 us; the kernel pull of 192 MiB 640-719; the
+fold 654-707; torch's copy_ from the peer's memory 546-559; copy + barrier + fold 766-826.
+
+Usage on the GPU machine (repo root, PYTHONPATH with numba-cuda): python3 tools/p2p_probe.py
+"""
+import ctypes, subprocess, sys, tempfile, time
+import numpy as np
+
+def rank_main(rank, world, store):
+    import torch, torch.distributed as dist
+    from numba import cuda
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method="file://" + store, rank=rank, world_size=world,
+                            device_id=torch.device("cuda", rank))
+    torch.zeros(1, device="cuda")
+    lib = ctypes.CDLL("libcuda.so.1")
+    n = 3 << 24
+    nbytes = n * 4
+    ptr = ctypes.c_uint64()
+    rc = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)); assert rc == 0, rc
+    class H(ctypes.Structure):
+        _fields_ = [("reserved", ctypes.c_char * 64)]
+    lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), H, ctypes.c_uint]
+    handle = H()
+    rc = lib.cuIpcGetMemHandle(ctypes.byref(handle), ptr); assert rc == 0, ("get", rc)
+    hs = [None] * world
+    dist.all_gather_object(hs, bytes(handle))
+    peers = {}
+    for r in range(world):
+        if r == rank: continue
+        h = H.from_buffer_copy(hs[r])
+        p = ctypes.c_uint64()
+        t = time.perf_counter()
+        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(p), h, ctypes.c_uint(1))
+        print("rank", rank, "open", r, "rc", rc, "%.0f us" % ((time.perf_counter() - t) * 1e6), flush=True)
+        assert rc == 0, ("open", rc)
+        peers[r] = p.value
+    class CAI:
+        def __init__(self, p, n):
+            self.__cuda_array_interface__ = {"data": (p, False), "shape": (n,), "typestr": "<f4", "version": 3, "strides": None}
+    mine = torch.as_tensor(CAI(ptr.value, n), device="cuda")
+    print("rank", rank, "mine device", mine.device, flush=True)
+    mine.fill_(rank + 1.0)
+    other = (rank + 1) % world
+    peer_nb = cuda.as_cuda_array(CAI(peers[other], n))
+    x = torch.full((n,), 10.0 * (rank + 1), device="cuda")
+    out = torch.empty(n, device="cuda")
+    torch.cuda.synchronize(); dist.barrier()
+    NT, IT = 256, 4
+    @cuda.jit
+    def fold(a, b, o, n):
+        base = cuda.blockIdx.x * (NT * IT) + cuda.threadIdx.x
+        if base + (IT - 1) * NT < n:
+            va = cuda.local.array(IT, np.float32); vb = cuda.local.array(IT, np.float32)
+            for k in range(IT):
+                va[k] = a[base + k * NT]; vb[k] = b[base + k * NT]
+            for k in range(IT):
+                o[base + k * NT] = va[k] + vb[k]
+        else:
+            for k in range(IT):
+                i = base + k * NT
+                if i < n: o[i] = a[i] + b[i]
+    @cuda.jit
+    def pull(b, o, n):
+        base = cuda.blockIdx.x * (NT * IT) + cuda.threadIdx.x
+        if base + (IT - 1) * NT < n:
+            vb = cuda.local.array(IT, np.float32)
+            for k in range(IT):
+                vb[k] = b[base + k * NT]
+            for k in range(IT):
+                o[base + k * NT] = vb[k]
+    grid = (n + NT * IT - 1) // (NT * IT)
+    xn, on = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
+    stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    fold[grid, NT, stream](xn, peer_nb, on, n)
+    torch.cuda.synchronize(); dist.barrier()
+    want = 10.0 * (rank + 1) + other + 1.0
+    print("rank", rank, "fold ok", bool((out == want).all()), flush=True)
+    tiny = torch.zeros(1, device="cuda")
+    def timed(label, fn, reps=15):
+        ts = []
+        for _ in range(reps):
+            torch.cuda.synchronize(); dist.barrier()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); fn(); e.record(); e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e3)
+        med = float(np.median(ts))
+        allm = [None] * world
+        dist.all_gather_object(allm, med)
+        if rank == 0:
+            print("%-50s %9.1f us  (ranks %s)" % (label, max(allm), " ".join("%.1f" % v for v in allm)), flush=True)
+    buf = torch.empty(n, device="cuda")
+    timed("NCCL all_reduce 192 MiB", lambda: dist.all_reduce(buf))
+    timed("NCCL all_reduce 1 item (barrier)", lambda: dist.all_reduce(tiny))
+    timed("local copy 192 MiB (torch)", lambda: out.copy_(x))
+    timed("copy x -> staging (torch)", lambda: mine.copy_(x))
+    timed("kernel pull peer 192 MiB", lambda: pull[grid, NT, stream](peer_nb, on, n))
+    timed("kernel fold x + peer 192 MiB", lambda: fold[grid, NT, stream](xn, peer_nb, on, n))
+    def whole():
+        mine.copy_(x); dist.all_reduce(tiny); fold[grid, NT, stream](xn, peer_nb, on, n)
+    timed("copy + barrier + fold", whole)
+    try:
+        pt = torch.as_tensor(CAI(peers[other], n), device="cuda")
+        print("rank", rank, "peer tensor device", pt.device, flush=True)
+        timed("torch copy_ from peer tensor", lambda: out.copy_(pt))
+    except Exception as exc:
+        print("rank", rank, "torch peer tensor failed:", exc, flush=True)
+    torch.cuda.synchronize(); dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        rank_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]); sys.exit(0)
+    world = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    store = tempfile.mktemp()
+    ps = [subprocess.Popen([sys.executable, __file__, str(r), str(world), store]) for r in range(world)]
+    sys.exit(max(p.wait(timeout=300) for p in ps))
