@@ -75,6 +75,19 @@ def test_mean_axis_as_sum_over_count(rng, dtype):
     np.testing.assert_allclose(got, (x.astype(np.float64) ** 2).mean(axis=0, keepdims=True), rtol=tol * 10)
 
 
+@pytest.mark.parametrize("row", [1, 2, 3, 4])
+def test_mean_of_thin_rows_in_float32(rng, row):
+    """Rows of at most 4 items along the contiguous axis (a thread a row) fold a compensated
+    float32 sum, with no float64: within 2 * eps32 * mean(|x|) of the exact mean, as every
+    float32 mean; an odd row count and offsets that cancel included."""
+    x = (rng.standard_normal((301, row)) * 3 + rng.choice([-1e4, 1e4, 1.0], (301, 1))).astype(np.float32)
+    got = host(cufold.mean(cuda.to_device(x), axis=1))
+    assert got.dtype == np.float32
+    exact = x.astype(np.float64).mean(axis=1)
+    bound = 2 * np.finfo(np.float32).eps * np.abs(x.astype(np.float64)).mean(axis=1)
+    assert (np.abs(got - exact) <= bound).all(), np.max(np.abs(got - exact) / bound)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_min_max_nan_along_axes(rng, dtype):
     """NaN propagates through max/min along every axis and layout (rows, columns, full
