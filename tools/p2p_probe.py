@@ -4,8 +4,10 @@ GPU's memory over NVLink (alone, and folding it with a local array), the copy in
 buffer, and NCCL's all-reduce of the same 192 MiB beside them. Each row is the slowest
 rank's median of CUDA-event times after a barrier (so the ranks' skew leaving it is in).
 
-2 x H200 (session 25): NCCL all-reduce 744-759 us; the kernel pull of 192 MiB 640-719; the
-fold 654-707; torch's copy_ from the peer's memory 546-559; copy + barrier + fold 766-826.
+2 x H200 (session 25, two calls): NCCL all-reduce 725-759 us; a kernel pulling 192 MiB from
+the other GPU 640-719 (4-byte or 8-byte loads alike: 688-693); the fold 654-707; a copy
+engine (``cuMemcpyDtoDAsync``, or torch's ``copy_``, which uses one) 546-559: why the
+library's "p2p" sends by copies and folds in local memory.
 
 Usage on the GPU machine (repo root, PYTHONPATH with numba-cuda): python3 tools/p2p_probe.py
 """
@@ -75,6 +77,29 @@ def rank_main(rank, world, store):
                 vb[k] = b[base + k * NT]
             for k in range(IT):
                 o[base + k * NT] = vb[k]
+    @cuda.jit
+    def pull8(b, o, n):                 # 8-byte loads: n counts words
+        base = cuda.blockIdx.x * (NT * IT) + cuda.threadIdx.x
+        bw = b.view(np.uint64)
+        ow = o.view(np.uint64)
+        if base + (IT - 1) * NT < n:
+            vb = cuda.local.array(IT, np.uint64)
+            for k in range(IT):
+                vb[k] = bw[base + k * NT]
+            for k in range(IT):
+                ow[base + k * NT] = vb[k]
+    IT8 = 8
+    @cuda.jit
+    def pull8x8(b, o, n):
+        base = cuda.blockIdx.x * (NT * IT8) + cuda.threadIdx.x
+        bw = b.view(np.uint64)
+        ow = o.view(np.uint64)
+        if base + (IT8 - 1) * NT < n:
+            vb = cuda.local.array(IT8, np.uint64)
+            for k in range(IT8):
+                vb[k] = bw[base + k * NT]
+            for k in range(IT8):
+                ow[base + k * NT] = vb[k]
     grid = (n + NT * IT - 1) // (NT * IT)
     xn, on = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
     stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
@@ -102,6 +127,12 @@ def rank_main(rank, world, store):
     timed("copy x -> staging (torch)", lambda: mine.copy_(x))
     timed("kernel pull peer 192 MiB", lambda: pull[grid, NT, stream](peer_nb, on, n))
     timed("kernel fold x + peer 192 MiB", lambda: fold[grid, NT, stream](xn, peer_nb, on, n))
+    timed("kernel pull peer, 8-byte loads, 4 a thread", lambda: pull8[grid // 2, NT, stream](peer_nb, on, n // 2))
+    timed("kernel pull peer, 8-byte loads, 8 a thread", lambda: pull8x8[grid // 4, NT, stream](peer_nb, on, n // 2))
+    lib.cuMemcpyDtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+    raw = torch.cuda.current_stream().cuda_stream
+    timed("copy engine: cuMemcpyDtoDAsync peer -> local",
+          lambda: lib.cuMemcpyDtoDAsync_v2(out.data_ptr(), peers[other], nbytes, raw))
     def whole():
         mine.copy_(x); dist.all_reduce(tiny); fold[grid, NT, stream](xn, peer_nb, on, n)
     timed("copy + barrier + fold", whole)

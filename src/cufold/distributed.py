@@ -39,13 +39,12 @@ call                                   what every rank gets
   of one NCCL all-reduce of the states, plus elementwise passes.
 
 - ``"p2p"``: every rank's GPU maps every other's staging buffers (CUDA IPC, one host;
-  :mod:`cufold.host.peers`). Each rank copies ``x`` into its staging, the ranks wait for one
-  another (a one-item all-reduce on the stream: no host wait), and one kernel reads every
-  other rank's copy over NVLink and folds the ``W`` values of each item in rank order: a
-  custom-operator all-reduce in the bytes and time of NCCL's own (2 x H200, Welford's
-  192 MiB: 1.05-1.10x one NCCL all-reduce of the bytes, against 1.45-1.52x by ``"sums"``).
-  Each rank reads ``W - 1`` times ``x``; operands above :data:`P2P_SLOT_MAX_BYTES` go a
-  slot at a time.
+  :mod:`cufold.host.peers`). Each rank copies ``x`` into every other rank's staging (copy
+  engines, over NVLink), the ranks wait for one another (a one-item all-reduce on the
+  stream: no host wait), and one kernel folds the ``W`` values of each item in rank order
+  from local memory: a custom-operator all-reduce in about the time of NCCL's own. Each
+  rank sends ``W - 1`` times ``x`` (a ring: ``2 (W - 1) / W`` times); operands above
+  :data:`P2P_SLOT_MAX_BYTES` go a slot at a time.
 
 ``algorithm=None`` takes ``"nccl"`` where it applies; else ``"p2p"`` in groups of
 :data:`P2P_DEFAULT_WORLD` ranks whose memory is mapped; else ``"sums"`` for Welford states,
@@ -421,7 +420,7 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     n = ts[0].numel()
     staging = None
     if w > 1 and n and (algorithm == "p2p" or (algorithm is None and native is None and w == P2P_DEFAULT_WORLD)):
-        staging = _peers.staging(group, ts[0].device, _slot_layout(ts, _p2p_chunk(n, ts))[1])
+        staging = _peers.staging(group, ts[0].device, (w - 1) * _slot_layout(ts, _p2p_chunk(n, ts, w))[1])
         if staging is None and algorithm == "p2p":
             raise ValueError("cufold: algorithm 'p2p' needs every rank's memory mapped by every other "
                              "(one host, CUDA IPC between the GPUs); use 'gather' or 'scatter'")
@@ -493,22 +492,19 @@ def _slot_layout(fields, n):
     return offsets, size
 
 
-def _p2p_chunk(n_items, fields):
-    """Items of ``fields`` a staging slot takes at once (at most :data:`P2P_SLOT_MAX_BYTES`)."""
-    per_item = _builtins.sum(f.element_size() for f in fields)
+def _p2p_chunk(n_items, fields, world):
+    """Items of ``fields`` a staging slot takes at once from each of ``world - 1`` other ranks
+    (at most :data:`P2P_SLOT_MAX_BYTES` in all)."""
+    per_item = (world - 1) * _builtins.sum(f.element_size() for f in fields)
     aligned = (P2P_SLOT_MAX_BYTES // per_item // 16 - 1) * 16     # chunks start 16 items apart
     return _builtins.max(1, _builtins.min(n_items, aligned))
 
 
 def _p2p(flat, op, outs, staging):
     """``outs`` = the rank-order fold of every rank's ``flat``, a chunk (a staging slot) at a
-    time: this rank's chunk is copied into its slot, every rank waits for every other (a
-    one-item all-reduce on the stream), then one kernel reads every other rank's slot (over
-    NVLink on GPUs) and this rank's ``flat``, and folds them. (2 x H200, 192 MiB a rank:
-    the copy 105-111 us, the fold 654-707 us; NCCL's all-reduce of the bytes 744-759 us:
-    ``tools/p2p_probe.py``.)"""
+    time (see :func:`_p2p_fold`)."""
     n = flat[0].numel()
-    step = _p2p_chunk(n, flat)
+    step = _p2p_chunk(n, flat, staging.world)
     for start in range(0, n, step):
         stop = _builtins.min(n, start + step)
         part = flat if (start, stop) == (0, n) else [f[start:stop] for f in flat]
@@ -517,22 +513,38 @@ def _p2p(flat, op, outs, staging):
 
 
 def _p2p_fold(flat, op, outs, staging):
+    """One chunk of :func:`_p2p`: this rank's ``flat`` is copied into every other rank's slot
+    (its section of it: one per other rank), every rank waits for every other (a one-item
+    all-reduce on the stream), then one kernel folds this rank's ``flat`` and the sections
+    its own slot received, in rank order, all in local memory. The copies to another GPU are
+    ``copy_`` into its mapped memory: a copy engine over NVLink, which reads and writes
+    another GPU's memory faster than a kernel's loads do (2 x H200, 192 MiB: 553 us, where a
+    kernel pulling the same bytes takes 677-719: ``tools/p2p_probe.py``)."""
     n = flat[0].numel()
     slot = staging.next_slot()
-    offsets, _ = _slot_layout(flat, n)
-    for f, off in zip(flat, offsets):
-        staging.own(slot, off, f.dtype, n).copy_(f)
+    offsets, section = _slot_layout(flat, n)
+    me, world = staging.rank, staging.world
+    for r in range(world):
+        if r != me:
+            base = _section(me, r) * section
+            for f, off in zip(flat, offsets):
+                staging.tensor(slot, r, base + off, f.dtype, n).copy_(f)
     staging.barrier()
     mine = _describe(_devs(flat))
     sources = []
-    for r in range(staging.world):
-        sources.extend(mine if r == staging.rank else
-                       (staging.array(slot, r, off, a.dtype, n) for off, a in zip(offsets, mine)))
+    for r in range(world):
+        sources.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
+                                             for off, a in zip(offsets, mine)))
     targets = _describe(_devs(outs))
     arrays = tuple(sources) + targets
-    key = (op, staging.world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + \
+    key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + \
         (_arrays.stream_handle(targets[0]),)
     _RANKS_FOLD.run(key, *arrays)
+
+
+def _section(source, receiver):
+    """Where in ``receiver``'s slot rank ``source``'s operand goes (a section per other rank)."""
+    return source if source < receiver else source - 1
 
 
 #: The rank fold's blocks and items a thread (the simulator: small tiles for its tests).

@@ -13,7 +13,10 @@ Cases (float32; every rank holds the sizes below):
                       (single calls, and the default and NCCL also back to back; ``plus`` by
                       ``"p2p"`` on the same bytes beside NCCL's), against one NCCL
                       ``all_reduce`` (sum) of the same bytes (and, for reference, one NCCL
-                      ``all_gather`` of them). Target: cufold's default <= 1.5x that time.
+                      ``all_gather`` of them). Target: cufold's default <= 1.5x that time,
+                      both timed over ``BACK_TO_BACK`` calls back to back (a single call's
+                      time holds how far apart the ranks leave the host barrier: the same
+                      rows single, within one run, spread 761-938 us on 2 x H200).
 ``reduce sum``        2^30 items per rank: ``cufold.distributed.sum`` (local sum, then a
                       one-item all-reduce) against ``cufold.sum`` of all ``W * 2^30`` items on
                       one GPU (rank 0 alone). Target: throughput >= 1.9x one GPU (W = 2),
@@ -51,6 +54,8 @@ import time
 __all__ = ["main", "TARGETS"]
 
 LOG2 = {"all_reduce": 28, "welford": 24, "reduce": 30, "argmax": 28}
+#: The small Welford case's items (a latency case: synchronised batch norm's channels).
+SMALL_LOG2 = 10
 #: Calls timed back to back in the throughput rows of the reduce case (a call's share shown).
 BACK_TO_BACK = 8
 _B2B = ", %d calls back to back (a call)" % BACK_TO_BACK
@@ -59,8 +64,8 @@ _B2B = ", %d calls back to back (a call)" % BACK_TO_BACK
 TARGETS = [
     ("all_reduce plus 2^28 f32: cufold vs torch.distributed", "cufold all_reduce (check=False)",
      "torch all_reduce", ">=", 0.97, "speed"),
-    ("all_reduce welford 2^24: cufold / one NCCL all_reduce of the bytes", "cufold all_reduce welford",
-     "NCCL all_reduce, same bytes", "<=", 1.5, "time"),
+    ("all_reduce welford 2^24: cufold / one NCCL all_reduce of the bytes", "cufold all_reduce welford" + _B2B,
+     "NCCL all_reduce, same bytes" + _B2B, "<=", 1.5, "time"),
     ("reduce sum 2^30/rank: throughput vs one GPU", "cufold.distributed.sum" + _B2B,
      "cufold.sum, one GPU, whole array" + _B2B, ">=", 1.9, "speed"),
 ]
@@ -212,6 +217,18 @@ def _rank_main(args):
         timed("cufold all_reduce welford [%s]" % alg,
               lambda alg=alg: cd.all_reduce(state, cufold.welford, algorithm=alg, check=False))
     del state, pairs, flat, want, every_flat, summed, ref
+
+    # a small Welford merge (synchronised batch norm's channels): latency, not bandwidth
+    current[0] = "all_reduce welford 2^%d (small)" % SMALL_LOG2
+    small = tuple(torch.rand(1 << SMALL_LOG2, device=dev, generator=g) + 1 for _ in range(3))
+    small_flat = torch.rand(3 << SMALL_LOG2, device=dev, generator=g)
+    timed("NCCL all_reduce, same bytes" + _B2B,
+          lambda: [dist.all_reduce(small_flat) for _ in range(BACK_TO_BACK)], per_call=BACK_TO_BACK)
+    for alg in ("p2p", "sums", "gather"):
+        timed("cufold all_reduce welford [%s]" % alg + _B2B,
+              lambda alg=alg: [cd.all_reduce(small, cufold.welford, algorithm=alg, check=False)
+                               for _ in range(BACK_TO_BACK)], per_call=BACK_TO_BACK)
+    del small, small_flat
 
     # reduce: sum of 2^30 per rank against one GPU summing all W * 2^30
     current[0] = "reduce sum 2^%d per rank" % (LOG2["reduce"] - shrink)

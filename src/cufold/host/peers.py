@@ -8,11 +8,11 @@ memory over NVLink), under Numba's simulator through files in ``/dev/shm`` (the 
 device memory is host memory, so the same algorithm runs, and is tested, between CPU
 processes).
 
-A call uses the slots in turn: it copies its operand into this rank's slot, then every rank
-waits for every other (:meth:`Staging.barrier`: a one-item all-reduce on the call's stream,
-stream-ordered, no host synchronisation), then its kernel reads every rank's slot. A rank
-refills a slot only :data:`SLOTS` calls later, after a barrier that no rank passes before it
-has finished the kernel that read that slot.
+A call uses the slots in turn: it copies its operand into every other rank's slot, then
+every rank waits for every other (:meth:`Staging.barrier`: a one-item all-reduce on the call's
+stream, stream-ordered, no host synchronisation), then its kernel folds what its own slot
+received. A rank writes into a slot again only :data:`SLOTS` calls later, after a barrier that
+no rank passes before it has finished the kernel that read that slot.
 
 Making or growing a group's staging is collective (every rank calls :func:`staging` with the
 same size, as every rank makes the same all-reduce call) and **synchronises the host** once,
@@ -22,9 +22,9 @@ Public API
 ----------
 ``staging(group, device, nbytes) -> Staging | None`` (None: the ranks cannot map each
 other's memory -- several hosts, no driver, expandable segments -- and say so together)
-``Staging``: ``next_slot()``, ``own(slot, offset, dtype, n)`` (a torch view of this rank's
-slot), ``array(slot, rank, offset, dtype, n)`` (an :class:`~cufold.host.arrays.Arr` of any
-rank's slot), ``barrier()``, ``close()``
+``Staging``: ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a torch view of any
+rank's slot), ``array(slot, rank, offset, dtype, n)`` (an :class:`~cufold.host.arrays.Arr` of
+any rank's slot), ``barrier()``, ``close()``
 ``release()`` (every group's staging freed; collective)
 """
 
@@ -157,13 +157,14 @@ class Staging:
     def _address(self, slot, rank, offset):
         return self.addresses[rank] + slot * self.capacity + offset
 
-    def own(self, slot, offset, dtype, n):
-        """This rank's slot from byte ``offset`` on as a 1-D torch tensor of ``n`` ``dtype``
-        (a torch dtype) items: where a call copies its operand."""
-        key = (slot, offset, dtype, n)
+    def tensor(self, slot, rank, offset, dtype, n):
+        """Rank ``rank``'s slot from byte ``offset`` on as a 1-D torch tensor of ``n``
+        ``dtype`` (a torch dtype) items, in this rank's device's view: where a call copies
+        its operand (another rank's memory: a copy over NVLink, by a copy engine)."""
+        key = (slot, rank, offset, dtype, n)
         t = self._views.get(key)
         if t is None:
-            t = self._views.put(key, _torch_view(self, self._address(slot, self.rank, offset), dtype, n))
+            t = self._views.put(key, _torch_view(self, self._address(slot, rank, offset), dtype, n))
         return t
 
     def array(self, slot, rank, offset, dtype, n):
