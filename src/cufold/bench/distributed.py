@@ -222,10 +222,10 @@ def _rank_main(args):
     current[0] = "all_reduce welford 2^%d (small)" % SMALL_LOG2
     small = tuple(torch.rand(1 << SMALL_LOG2, device=dev, generator=g) + 1 for _ in range(3))
     small_flat = torch.rand(3 << SMALL_LOG2, device=dev, generator=g)
-    timed("NCCL all_reduce, same bytes" + _B2B,
+    timed("NCCL all_reduce, same bytes (small)" + _B2B,
           lambda: [dist.all_reduce(small_flat) for _ in range(BACK_TO_BACK)], per_call=BACK_TO_BACK)
     for alg in ("p2p", "sums", "gather"):
-        timed("cufold all_reduce welford [%s]" % alg + _B2B,
+        timed("cufold all_reduce welford (small) [%s]" % alg + _B2B,
               lambda alg=alg: [cd.all_reduce(small, cufold.welford, algorithm=alg, check=False)
                                for _ in range(BACK_TO_BACK)], per_call=BACK_TO_BACK)
     del small, small_flat
@@ -315,7 +315,9 @@ def _report(rows, world, out_dir, gpu):
         for r in mine:
             lines.append("  %-45s %10.1f   %5.2f" % (r["label"], r["us"], mine[0]["us"] / r["us"]))
     verdicts = []
-    by_label = {r["label"]: r["us"] for r in rows}
+    by_label = {}
+    for r in rows:                       # a label's first row (the case a target names comes first)
+        by_label.setdefault(r["label"], r["us"])
     lines += ["", "targets (distributed, %d ranks):" % world]
     for name, row, peer, cmp, thr, how in TARGETS:
         if row not in by_label or peer not in by_label:
