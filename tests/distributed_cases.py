@@ -217,6 +217,32 @@ def case_all_reduce_p2p(c):
         peers.MIN_BYTES, cd.P2P_SLOT_MAX_BYTES = saved, slot_max
 
 
+def case_p2p_barrier_gives_up(c):
+    """A rank that never comes to a p2p call: the others' barrier gives up (after
+    ``peers.BARRIER_POLLS`` polls, a minute by default), and the next ``check=True`` call raises
+    the same error on every rank."""
+    import cufold
+    import cufold.distributed as cd
+    from cufold.host import peers
+    if c.world < 2:
+        return
+    saved = peers.BARRIER_POLLS
+    peers.release()
+    x = c.t(np.arange(8, dtype=np.float32))
+    cd.all_reduce(x, cufold.maximum, algorithm="p2p")          # every rank maps the staging
+    peers.BARRIER_POLLS = 1000
+    try:
+        if c.rank == 0:                                         # rank 1 never makes this call
+            cd.all_reduce(c.t(np.ones(8, np.float32)), cufold.maximum, algorithm="p2p", check=False)
+        raises_everywhere(lambda: cd.all_reduce(c.t(np.ones(4, np.float32))), RuntimeError, "gave up")
+    finally:
+        peers.BARRIER_POLLS = saved
+        peers.release()
+    y = c.t(np.full(5, c.rank, np.float32))                    # afresh: a new staging works
+    cd.all_reduce(y, cufold.maximum, algorithm="p2p")
+    close(c.h(y), np.full(5, c.world - 1))
+
+
 def case_all_reduce_argmax_ties(c):
     import cufold
     import cufold.distributed as cd

@@ -230,7 +230,7 @@ _DTYPE_CHARS = "?bBhHiIlLqQefdgFD"
 _SLOTS = 32
 _COMMON = 24                                     # slots that must agree on every rank
 _FN, _OP, _NFIELDS, _NDIM, _SHAPE, _DTYPES, _EXTRA = 0, 1, 2, 3, 4, 12, 20
-_ERROR, _LEN, _ROWS, _KMIN, _KMAX = 24, 25, 26, 27, 28
+_ERROR, _LEN, _ROWS, _KMIN, _KMAX, _P2P_FAILED = 24, 25, 26, 27, 28, 29
 _MAX_DIMS = 8
 
 
@@ -292,6 +292,9 @@ def _agree(call, group, device):
     **Synchronises the host** (one read-back)."""
     torch, dist = _torch()
     v = torch.tensor(call.vector, dtype=torch.int64).to(device, non_blocking=True)
+    staging = _peers.existing(group, device)
+    if staging is not None:                 # a p2p barrier that gave up, reported on every rank
+        call.device_slots[_P2P_FAILED] = staging.failed()
     for slot, value in call.device_slots.items():
         v[slot] = value
     w, rank = _group_info(group)
@@ -300,6 +303,11 @@ def _agree(call, group, device):
     rows = _read(table).reshape(w, _SLOTS)
     if call.error is not None:
         raise call.error
+    gave_up = [r for r in range(w) if rows[r, _P2P_FAILED]]
+    if gave_up:
+        raise RuntimeError("cufold: a p2p all-reduce on rank %s waited over a minute for another rank and "
+                           "gave up: its results, and those of the calls after it, are wrong "
+                           "(cufold.host.peers.release() starts afresh)" % ", ".join(map(str, gave_up)))
     bad = [r for r in range(w) if rows[r, _ERROR]]
     if bad:
         raise ValueError("cufold: distributed.%s failed on rank %s (its own error says why); no rank ran it"
@@ -538,16 +546,16 @@ def _p2p_fold(flat, op, outs, staging):
             base = _section(me, r) * section
             for f, off in zip(flat, offsets):
                 staging.tensor(slot, r, base + off, f.dtype, n).copy_(f)
-    staging.barrier()
     mine = _describe(_devs(flat))
+    stream = _arrays.stream_handle(mine[0])
+    staging.barrier(stream)
     sources = []
     for r in range(world):
         sources.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
                                              for off, a in zip(offsets, mine)))
     targets = _describe(_devs(outs))
     arrays = tuple(sources) + targets
-    key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + \
-        (_arrays.stream_handle(targets[0]),)
+    key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + (stream,)
     _RANKS_FOLD.run(key, *arrays)
 
 
