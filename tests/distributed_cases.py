@@ -243,6 +243,38 @@ def case_p2p_barrier_gives_up(c):
     close(c.h(y), np.full(5, c.world - 1))
 
 
+def case_p2p_streams_and_capture(c):
+    """On GPUs: p2p calls that alternate between two streams, left unsynchronised until the
+    end, are all right (a call on another stream waits for the previous one); inside CUDA-graph
+    capture an explicit "p2p" raises before any collective (its slots take turns per call)."""
+    if SIM or c.world < 2:
+        return
+    import torch
+    import cufold
+    import cufold.distributed as cd
+    v = c.rng("p2p streams").standard_normal((6, c.world, 5000)).astype(np.float32)
+    streams = [torch.cuda.current_stream(), torch.cuda.Stream()]
+    results = []
+    for k in range(6):
+        with torch.cuda.stream(streams[k % 2]):
+            x = c.t(v[k, c.rank])
+            cd.all_reduce(x, cufold.maximum, algorithm="p2p", check=False)
+            results.append(x)
+    torch.cuda.synchronize()
+    for k, x in enumerate(results):
+        close(c.h(x), v[k].max(0))
+    g, x = torch.cuda.CUDAGraph(), c.t(v[0, c.rank])
+    torch.cuda.synchronize()
+    try:
+        with torch.cuda.graph(g):
+            cd.all_reduce(x, cufold.maximum, algorithm="p2p", check=False)
+    except ValueError as e:
+        assert "CUDA graph" in str(e), e
+    else:
+        raise AssertionError("no ValueError for p2p inside capture")
+    torch.cuda.synchronize()
+
+
 def case_all_reduce_argmax_ties(c):
     import cufold
     import cufold.distributed as cd

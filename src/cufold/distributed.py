@@ -44,7 +44,8 @@ call                                   what every rank gets
   stream: no host wait), and one kernel folds the ``W`` values of each item in rank order
   from local memory: a custom-operator all-reduce in about the time of NCCL's own. Each
   rank sends ``W - 1`` times ``x`` (a ring: ``2 (W - 1) / W`` times); operands above
-  :data:`P2P_SLOT_MAX_BYTES` go a slot at a time.
+  :data:`P2P_SLOT_MAX_BYTES` go a slot at a time. Not inside CUDA-graph capture (the slots
+  take turns call by call): there the default takes the next algorithm.
 
 ``algorithm=None`` takes ``"nccl"`` where it applies; else ``"p2p"`` in groups of
 :data:`P2P_DEFAULT_WORLD` ranks whose memory is mapped; else ``"sums"`` for Welford states,
@@ -436,7 +437,8 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     native = _native(op, ts)
     n = ts[0].numel()
     staging = None
-    if w > 1 and n and (algorithm == "p2p" or (algorithm is None and native is None and w == P2P_DEFAULT_WORLD)):
+    if w > 1 and n and (algorithm == "p2p" or (algorithm is None and native is None and w == P2P_DEFAULT_WORLD)) \
+            and not _capturing(algorithm):
         staging = _peers.staging(group, ts[0].device, (w - 1) * _slot_layout(ts, _p2p_chunk(n, ts, w))[1])
         if staging is None and algorithm == "p2p":
             raise ValueError("cufold: algorithm 'p2p' needs every rank's memory mapped by every other "
@@ -500,6 +502,21 @@ P2P_DEFAULT_WORLD = 2
 P2P_SLOT_MAX_BYTES = 256 << 20
 
 
+def _capturing(algorithm):
+    """Whether the current stream is being captured into a CUDA graph, where ``"p2p"`` cannot
+    go: its slots take turns call by call, and a graph replays one call's turn (raises for an
+    explicit ``"p2p"``; the default then takes another algorithm, every rank alike)."""
+    if SIMULATOR:
+        return False
+    torch, _ = _torch()
+    if not torch.cuda.is_current_stream_capturing():
+        return False
+    if algorithm == "p2p":
+        raise ValueError("cufold: algorithm 'p2p' cannot be captured into a CUDA graph (its staging slots "
+                         "take turns call by call); use 'gather' or 'scatter' there, or the default")
+    return True
+
+
 def _slot_layout(fields, n):
     """Byte offsets of ``fields`` (n items each) in a staging slot, and the slot's bytes."""
     offsets, size = [], 0
@@ -521,6 +538,7 @@ def _p2p(flat, op, outs, staging):
     """``outs`` = the rank-order fold of every rank's ``flat``, a chunk (a staging slot) at a
     time (see :func:`_p2p_fold`)."""
     n = flat[0].numel()
+    staging.follow()
     step = _p2p_chunk(n, flat, staging.world)
     for start in range(0, n, step):
         stop = _builtins.min(n, start + step)

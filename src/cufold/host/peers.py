@@ -23,7 +23,7 @@ Public API
 ----------
 ``staging(group, device, nbytes) -> Staging | None`` (None: the ranks cannot map each
 other's memory -- several hosts, no driver, expandable segments -- and say so together)
-``Staging``: ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a torch view of any
+``Staging``: ``follow()``, ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a torch view of any
 rank's slot), ``array(slot, rank, offset, dtype, n)`` (an :class:`~cufold.host.arrays.Arr` of
 any rank's slot), ``barrier(stream)``, ``failed()``, ``close()``
 ``existing(group, device) -> Staging | None`` (the staging made so far; makes none)
@@ -157,8 +157,22 @@ class Staging:
         self.group, self.world, self.rank, self.capacity = group, world, rank, capacity
         self.memory, self.addresses = memory, addresses
         self._calls = self._epoch = 0
+        self._stream = None
         self._views = BoundedCache(256)
         self.flags = tuple(self._flags(r) for r in range(world))
+
+    def follow(self):
+        """Order this call after the group's previous one where it runs on another stream: the
+        slots' turns hold for one order of calls (a rank's second stream would otherwise refill
+        a slot that its first stream's fold, or another rank's, still reads)."""
+        if SIMULATOR:
+            return
+        import torch
+        stream = torch.cuda.current_stream(self.memory.device_id)
+        last = self._stream
+        if last is not None and last != stream:
+            stream.wait_stream(last)
+        self._stream = stream
 
     def next_slot(self):
         """The slot of this call (every rank counts the same calls, so all agree)."""
