@@ -40,9 +40,12 @@ call                                   what every rank gets
 
 - ``"p2p"``: every rank's GPU maps every other's staging buffers (CUDA IPC, one host;
   :mod:`cufold.host.peers`). Each rank copies ``x`` into every other rank's staging (copy
-  engines, over NVLink), the ranks wait for one another (a one-item all-reduce on the
-  stream: no host wait), and one kernel folds the ``W`` values of each item in rank order
-  from local memory: a custom-operator all-reduce in about the time of NCCL's own. Each
+  engines over NVLink; up to :data:`P2P_PUSH_MAX_BYTES`, a kernel), the ranks wait for one
+  another (flags that a kernel sets in the other ranks' memory and polls in its own: no host
+  wait, no torch collective), and one kernel folds the ``W`` values of each item in rank order
+  from local memory: a custom-operator all-reduce in about the time of NCCL's own. A barrier
+  that waits over a minute gives up and marks the call; the next ``check=True`` call raises
+  on every rank. Each
   rank sends ``W - 1`` times ``x`` (a ring: ``2 (W - 1) / W`` times); operands above
   :data:`P2P_SLOT_MAX_BYTES` go a slot at a time. Not inside CUDA-graph capture (the slots
   take turns call by call): there the default takes the next algorithm.
@@ -101,7 +104,7 @@ from .device import reproducible as _reproducible
 
 __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "mean", "var",
            "mean_var", "reduce_by_key_into", "SCATTER_MIN_ITEMS", "PACK_MAX_BYTES", "P2P_DEFAULT_WORLD",
-           "P2P_SLOT_MAX_BYTES"]
+           "P2P_SLOT_MAX_BYTES", "P2P_PUSH_MAX_BYTES"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -548,33 +551,95 @@ def _p2p(flat, op, outs, staging):
 
 
 def _p2p_fold(flat, op, outs, staging):
-    """One chunk of :func:`_p2p`: this rank's ``flat`` is copied into every other rank's slot
-    (its section of it: one per other rank), every rank waits for every other (a one-item
-    all-reduce on the stream), then one kernel folds this rank's ``flat`` and the sections
-    its own slot received, in rank order, all in local memory. The copies to another GPU are
-    ``copy_`` into its mapped memory: a copy engine over NVLink, which reads and writes
-    another GPU's memory faster than a kernel's loads do (2 x H200, 192 MiB: 553 us, where a
-    kernel pulling the same bytes takes 677-719: ``tools/p2p_probe.py``)."""
+    """One chunk of :func:`_p2p`: this rank's ``flat`` goes into every other rank's slot (its
+    section of it: one per other rank), every rank waits for every other (a barrier kernel on
+    the stream), then one kernel folds this rank's ``flat`` and the sections its own slot
+    received, in rank order, all in local memory.
+
+    Up to :data:`P2P_PUSH_MAX_BYTES` one kernel of one block writes the operand into the
+    other ranks' memory and meets them (a small call's time is launches and host time: one
+    Program of two launches); above it, ``copy_`` into the mapped memory sends it (a copy
+    engine over NVLink, which moves another GPU's bytes faster than a kernel does: 2 x H200,
+    192 MiB, 553 us where a kernel's loads take 677-719: ``tools/p2p_probe.py``), then the
+    barrier kernel and the fold."""
     n = flat[0].numel()
     slot = staging.next_slot()
     offsets, section = _slot_layout(flat, n)
     me, world = staging.rank, staging.world
+    mine = _describe(_devs(flat))
+    targets = mine if outs is flat else _describe(_devs(outs))
+    stream = _arrays.stream_handle(mine[0])
+    received = []
+    for r in range(world):
+        received.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
+                                              for off, a in zip(offsets, mine)))
+    if section <= P2P_PUSH_MAX_BYTES:
+        sends = tuple(staging.array(slot, r, _section(me, r) * section + off, a.dtype, n)
+                      for r in range(world) if r != me for off, a in zip(offsets, mine))
+        arrays = mine + sends + tuple(received) + targets + staging.flags
+        key = (op, world, len(mine), me) + tuple(_programs.signature(a) for a in arrays) + (stream,)
+        _P2P_SMALL.run(key, *arrays, np.int64(staging.next_epoch()), np.int64(_peers.BARRIER_POLLS))
+        return
     for r in range(world):
         if r != me:
             base = _section(me, r) * section
             for f, off in zip(flat, offsets):
                 staging.tensor(slot, r, base + off, f.dtype, n).copy_(f)
-    mine = _describe(_devs(flat))
-    stream = _arrays.stream_handle(mine[0])
     staging.barrier(stream)
-    sources = []
-    for r in range(world):
-        sources.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
-                                             for off, a in zip(offsets, mine)))
-    targets = _describe(_devs(outs))
-    arrays = tuple(sources) + targets
+    arrays = tuple(received) + targets
     key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + (stream,)
     _RANKS_FOLD.run(key, *arrays)
+
+
+#: Operands of at most this many bytes (a rank's slot section) go to the other ranks by one
+#: kernel of one block that also meets them (no copy-engine copies, no separate barrier).
+P2P_PUSH_MAX_BYTES = 64 << 10
+_PUSH_THREADS = 32 if SIMULATOR else 256
+
+
+@functools.lru_cache(maxsize=None)
+def _push_kernel(fields, others):
+    """Kernel ``(srcs, dests, flags, me, epoch, polls, n)`` of one block: every field of
+    ``srcs`` (this rank's operand, ``fields`` arrays) written into ``dests`` (each other rank's
+    section of this call's slot, rank-major: ``others`` x ``fields`` arrays, mapped here), then
+    the barrier (:func:`cufold.host.peers.arrive_and_wait`)."""
+    nt = _PUSH_THREADS
+    lines = ["def push(srcs, dests, flags, me, epoch, polls, n):",
+             "    i = cuda.threadIdx.x",
+             "    while i < n:"]
+    lines += ["        v%d = srcs[%d][i]" % (f, f) for f in range(fields)]
+    lines += ["        dests[%d][i] = v%d" % (j * fields + f, f) for j in range(others) for f in range(fields)]
+    lines += ["        i += %d" % nt,
+              "    cuda.threadfence_system()     # this thread's stores land before any flag does",
+              "    cuda.syncthreads()",
+              "    arrive(flags, me, epoch, polls)"]
+    return _codegen.build("\n".join(lines) + "\n", "push", {"arrive": _peers.arrive_and_wait}, device=False)
+
+
+def _p2p_small_plan(key, *args):
+    """The Program of a small :func:`_p2p_fold` (``key``: see there): the push-and-meet kernel,
+    then the fold. The call's barrier number and poll limit are per-call values."""
+    op, world, fields, me = key[0], key[1], key[2], key[3]
+    arrays = args[:-2]
+    b = _programs.Builder(arrays[0].device_id, key[-1])
+    placed = tuple(b.input(a) for a in arrays)
+    epoch, polls = b.value(args[-2]), b.value(args[-1])
+    others = (world - 1) * fields
+    mine, sends = placed[:fields], placed[fields: fields + others]
+    received = placed[fields + others: fields + others + world * fields]
+    targets = placed[fields + others + world * fields: fields + others + world * fields + fields]
+    flags = placed[fields + others + world * fields + fields:]
+    n = mine[0].size
+    b.launch(_push_kernel(fields, world - 1), ("p2p_push", fields, world - 1), 1, _PUSH_THREADS,
+             (mine, sends, flags, np.int64(me), epoch, polls, np.int64(n)))
+    vt = ValueType.of(tuple(a.dtype for a in targets) if fields > 1 else targets[0].dtype)
+    grid = _builtins.max(1, -(-n // (_FOLD_THREADS * _FOLD_ITEMS)))
+    b.launch(_ranks_fold_kernel(op, vt, world), ("ranks_fold", op, vt, world), grid, _FOLD_THREADS,
+             (received, targets, np.int64(n)))
+    return b.build()
+
+
+_P2P_SMALL = _programs.Programs(_p2p_small_plan, "cufold.distributed.p2p_small", 256)
 
 
 def _section(source, receiver):

@@ -25,7 +25,9 @@ Public API
 other's memory -- several hosts, no driver, expandable segments -- and say so together)
 ``Staging``: ``follow()``, ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a torch view of any
 rank's slot), ``array(slot, rank, offset, dtype, n)`` (an :class:`~cufold.host.arrays.Arr` of
-any rank's slot), ``barrier(stream)``, ``failed()``, ``close()``
+any rank's slot), ``barrier(stream)``, ``next_epoch()``, ``failed()``, ``close()``
+``arrive_and_wait(flags, me, epoch, polls)``: the barrier's device function (for kernels that
+write into other ranks' memory and then meet them, as distributed's small p2p calls do)
 ``existing(group, device) -> Staging | None`` (the staging made so far; makes none)
 ``release()`` (every group's staging freed; collective)
 """
@@ -213,12 +215,16 @@ class Staging:
             return _arrays.describe(_sim_array(self, address, np.int64, FLAGS))
         return _arrays.Arr(address, (FLAGS,), (1,), np.dtype(np.int64), FLAGS, "cai", self, self.memory.device_id)
 
+    def next_epoch(self):
+        """The number of this call's barrier (every rank counts the same barriers)."""
+        self._epoch += 1
+        return self._epoch
+
     def barrier(self, stream):
         """Every rank has reached this point of its stream ``stream`` (a raw handle): a
         kernel waits for it there; the host does not wait."""
-        self._epoch += 1
         _launch.launch(_barrier_kernel(), ("peers_barrier",), 1, 32, stream,
-                       (self.flags, np.int64(self.rank), np.int64(self._epoch), np.int64(BARRIER_POLLS)))
+                       (self.flags, np.int64(self.rank), np.int64(self.next_epoch()), np.int64(BARRIER_POLLS)))
 
     def failed(self):
         """A 0-d torch view of this rank's ``flags[FAILED]``: the number of a barrier that gave
@@ -270,31 +276,39 @@ def _base_of(st, address):
     raise ValueError("cufold: address outside the staging")
 
 
+@cuda.jit(device=True)
+def arrive_and_wait(flags, me, epoch, polls):
+    """The barrier's device side, for the threads ``r`` of a block (``r < W``): thread ``r``
+    stores ``epoch`` into rank ``r``'s ``flags[me]`` (a store over NVLink, after a system-wide
+    fence: what this rank wrote into rank ``r``'s memory lands first), then polls this rank's
+    ``flags[r]`` until it holds ``epoch``, at most ``polls`` times. The poll is an atomic read
+    (L2, where rank ``r``'s store lands): a compare-and-swap that never swaps, since a
+    read-modify-write such as ``max(flag, 0)`` writes the value back and, in the simulator,
+    may erase a store that lands between its read and its write. Every thread of the block
+    that wrote into another rank's memory must have fenced (``threadfence_system``) and met
+    the others at ``syncthreads`` first."""
+    r = cuda.threadIdx.x
+    if r < len(flags) and r != me:
+        cuda.threadfence_system()
+        theirs = flags[r]
+        theirs[me] = epoch
+        cuda.threadfence_system()
+        mine = flags[me]
+        k = 0
+        while cuda.atomic.cas(mine, r, -1, -1) < epoch:     # a read (no flag is -1) that never writes
+            k += 1
+            if k > polls:
+                cuda.atomic.max(mine, FAILED, epoch)
+                break
+            cuda.nanosleep(np.uint32(256))
+        cuda.threadfence_system()
+
+
 @functools.lru_cache(maxsize=None)
 def _barrier_kernel():
-    """``(flags, me, epoch, polls)``: lane ``r`` of one warp stores ``epoch`` into rank ``r``'s
-    ``flags[me]`` (a store over NVLink, after a system-wide fence: this rank's copies into
-    rank ``r``'s memory land first), then polls this rank's ``flags[r]`` (an atomic read: L2,
-    where rank ``r``'s store lands; a compare-and-swap that never swaps, since a read-modify-
-    write such as ``max(flag, 0)`` writes the value back and, in the simulator, may erase a
-    store that lands between its read and its write) until it holds ``epoch``, at most
-    ``polls`` times."""
+    """``(flags, me, epoch, polls)``: one warp, :func:`arrive_and_wait`."""
     def barrier(flags, me, epoch, polls):
-        r = cuda.threadIdx.x
-        if r < len(flags) and r != me:
-            cuda.threadfence_system()
-            theirs = flags[r]
-            theirs[me] = epoch
-            cuda.threadfence_system()
-            mine = flags[me]
-            k = 0
-            while cuda.atomic.cas(mine, r, -1, -1) < epoch:     # a read (no flag is -1) that never writes
-                k += 1
-                if k > polls:
-                    cuda.atomic.max(mine, FAILED, epoch)
-                    break
-                cuda.nanosleep(np.uint32(256))
-            cuda.threadfence_system()
+        arrive_and_wait(flags, me, epoch, polls)
     return barrier
 
 
