@@ -9,7 +9,6 @@ against NumPy (float64) on the concatenated data.
 
 import datetime
 import json
-import math
 import os
 import sys
 import time

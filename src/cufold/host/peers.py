@@ -252,8 +252,7 @@ def _torch_view(st, address, dtype, n):
     import torch
     if SIMULATOR:
         return torch.from_numpy(_sim_array(st, address, _numpy_dtype(dtype), n)._ary)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    holder = _Interface(address, n, np.dtype(_numpy_dtype(dtype)).str, itemsize)
+    holder = _Interface(address, n, np.dtype(_numpy_dtype(dtype)).str)
     return torch.as_tensor(holder, device=torch.device("cuda", st.memory.device_id))
 
 
@@ -315,7 +314,7 @@ def _barrier_kernel():
 class _Interface:
     """A bare ``__cuda_array_interface__`` over a staging address (torch wraps it)."""
 
-    def __init__(self, address, n, typestr, itemsize):
+    def __init__(self, address, n, typestr):
         self.__cuda_array_interface__ = {"data": (address, False), "shape": (n,), "typestr": typestr,
                                          "strides": None, "version": 3}
 
