@@ -21,32 +21,23 @@ def rank_main(rank, world, store):
     dist.init_process_group("nccl", init_method="file://" + store, rank=rank, world_size=world,
                             device_id=torch.device("cuda", rank))
     torch.zeros(1, device="cuda")
-    lib = ctypes.CDLL("libcuda.so.1")
+    from cufold.host.peers import _CudaMemory, _Interface     # the library's own IPC buffers
     n = 3 << 24
     nbytes = n * 4
-    ptr = ctypes.c_uint64()
-    rc = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)); assert rc == 0, rc
-    class H(ctypes.Structure):
-        _fields_ = [("reserved", ctypes.c_char * 64)]
-    lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), H, ctypes.c_uint]
-    handle = H()
-    rc = lib.cuIpcGetMemHandle(ctypes.byref(handle), ptr); assert rc == 0, ("get", rc)
+    memory = _CudaMemory(nbytes, rank)
+    lib = memory.lib
     hs = [None] * world
-    dist.all_gather_object(hs, bytes(handle))
+    dist.all_gather_object(hs, memory.handle)
     peers = {}
     for r in range(world):
         if r == rank: continue
-        h = H.from_buffer_copy(hs[r])
-        p = ctypes.c_uint64()
         t = time.perf_counter()
-        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(p), h, ctypes.c_uint(1))
-        print("rank", rank, "open", r, "rc", rc, "%.0f us" % ((time.perf_counter() - t) * 1e6), flush=True)
-        assert rc == 0, ("open", rc)
-        peers[r] = p.value
-    class CAI:
-        def __init__(self, p, n):
-            self.__cuda_array_interface__ = {"data": (p, False), "shape": (n,), "typestr": "<f4", "version": 3, "strides": None}
-    mine = torch.as_tensor(CAI(ptr.value, n), device="cuda")
+        peers[r] = memory.open(hs[r])
+        print("rank", rank, "open", r, "%.0f us" % ((time.perf_counter() - t) * 1e6), flush=True)
+
+    def CAI(p, n):
+        return _Interface(p, n, "<f4")
+    mine = torch.as_tensor(CAI(memory.ptr, n), device="cuda")
     print("rank", rank, "mine device", mine.device, flush=True)
     mine.fill_(rank + 1.0)
     other = (rank + 1) % world
@@ -68,38 +59,22 @@ def rank_main(rank, world, store):
             for k in range(IT):
                 i = base + k * NT
                 if i < n: o[i] = a[i] + b[i]
-    @cuda.jit
-    def pull(b, o, n):
-        base = cuda.blockIdx.x * (NT * IT) + cuda.threadIdx.x
-        if base + (IT - 1) * NT < n:
-            vb = cuda.local.array(IT, np.float32)
-            for k in range(IT):
-                vb[k] = b[base + k * NT]
-            for k in range(IT):
-                o[base + k * NT] = vb[k]
-    @cuda.jit
-    def pull8(b, o, n):                 # 8-byte loads: n counts words
-        base = cuda.blockIdx.x * (NT * IT) + cuda.threadIdx.x
-        bw = b.view(np.uint64)
-        ow = o.view(np.uint64)
-        if base + (IT - 1) * NT < n:
-            vb = cuda.local.array(IT, np.uint64)
-            for k in range(IT):
-                vb[k] = bw[base + k * NT]
-            for k in range(IT):
-                ow[base + k * NT] = vb[k]
-    IT8 = 8
-    @cuda.jit
-    def pull8x8(b, o, n):
-        base = cuda.blockIdx.x * (NT * IT8) + cuda.threadIdx.x
-        bw = b.view(np.uint64)
-        ow = o.view(np.uint64)
-        if base + (IT8 - 1) * NT < n:
-            vb = cuda.local.array(IT8, np.uint64)
-            for k in range(IT8):
-                vb[k] = bw[base + k * NT]
-            for k in range(IT8):
-                ow[base + k * NT] = vb[k]
+    def pull_kernel(items, word):
+        """Kernel ``(b, o, n)``: ``o = b`` (n counts ``word`` items), ``items`` loads a thread
+        issued before its first store; float32 words (4 bytes) or uint64 (8 bytes)."""
+        @cuda.jit
+        def pull(b, o, n):
+            base = cuda.blockIdx.x * (NT * items) + cuda.threadIdx.x
+            bw = b.view(word)
+            ow = o.view(word)
+            if base + (items - 1) * NT < n:
+                vb = cuda.local.array(items, word)
+                for k in range(items):
+                    vb[k] = bw[base + k * NT]
+                for k in range(items):
+                    ow[base + k * NT] = vb[k]
+        return pull
+    pull, pull8, pull8x8 = pull_kernel(IT, np.float32), pull_kernel(IT, np.uint64), pull_kernel(8, np.uint64)
     grid = (n + NT * IT - 1) // (NT * IT)
     xn, on = cuda.as_cuda_array(x), cuda.as_cuda_array(out)
     stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)

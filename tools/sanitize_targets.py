@@ -204,15 +204,14 @@ zt = rng.normal(size=(40_001, 4)).astype(np.float32)
 check("axis thin rows mean", cufold.mean(cuda.to_device(zt), axis=1).copy_to_host(), zt.mean(axis=1), exact=False)
 # distributed's rank fold ("p2p"), every rank's operand local here: 3 ranks of affine pairs, rank order
 from cufold import distributed as _cd  # noqa: E402
-from cufold.host import arrays as _ha, programs as _hp  # noqa: E402
+from cufold.host import arrays as _ha  # noqa: E402
 affine = cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]))
 nr = 70_001
 fa, fb = rng.uniform(0.5, 1.5, (3, nr)), rng.normal(size=(3, nr))
 src_dev = [cuda.to_device(f[r]) for r in range(3) for f in (fa, fb)]
 out_dev = [cuda.to_device(np.full(nr, np.nan)) for _ in range(2)]
 srcs, outs = [_ha.describe(a) for a in src_dev], [_ha.describe(a) for a in out_dev]
-_cd._RANKS_FOLD.run((affine, 3, 2) + tuple(_hp.signature(a) for a in srcs + outs) + (_ha.stream_handle(outs[0]),),
-                    *srcs, *outs)
+_cd._fold_ranks(affine, 3, srcs, outs, _ha.stream_handle(outs[0]))
 wa, wb = fa[0], fb[0]
 for r in (1, 2):
     wa, wb = wa * fa[r], wb * fa[r] + fb[r]

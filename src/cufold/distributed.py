@@ -442,7 +442,8 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     staging = None
     if w > 1 and n and (algorithm == "p2p" or (algorithm is None and native is None and w == P2P_DEFAULT_WORLD)) \
             and not _capturing(algorithm):
-        staging = _peers.staging(group, ts[0].device, (w - 1) * _slot_layout(ts, _p2p_chunk(n, ts, w))[1])
+        step = _p2p_chunk(n, ts, w)
+        staging = _peers.staging(group, ts[0].device, (w - 1) * _slot_layout(ts, step)[1])
         if staging is None and algorithm == "p2p":
             raise ValueError("cufold: algorithm 'p2p' needs every rank's memory mapped by every other "
                              "(one host, CUDA IPC between the GPUs); use 'gather' or 'scatter'")
@@ -472,7 +473,7 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
         _welford_sums(flat_in, flat_out, group)
         return
     if algorithm == "p2p":
-        _p2p(flat_in, op, flat_out, staging)
+        _p2p(flat_in, op, flat_out, staging, step)
         return
     # scatter: rank r folds everyone's r-th chunk, then the folded chunks are gathered
     chunk = -(-n // w)
@@ -493,7 +494,7 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
             o.copy_(g[:n])
 
 
-# --- p2p: every rank's operand read straight from its memory ------------------------------------
+# --- p2p: every rank's operand copied into the others' mapped memory, folded there -----------------
 
 #: ``all_reduce(algorithm=None)`` of an operator the backend lacks takes ``"p2p"`` in groups of
 #: this many ranks, where they can map each other's memory. (A one-shot fold reads ``W - 1``
@@ -537,12 +538,10 @@ def _p2p_chunk(n_items, fields, world):
     return _builtins.max(1, _builtins.min(n_items, aligned))
 
 
-def _p2p(flat, op, outs, staging):
-    """``outs`` = the rank-order fold of every rank's ``flat``, a chunk (a staging slot) at a
-    time (see :func:`_p2p_fold`)."""
+def _p2p(flat, op, outs, staging, step):
+    """``outs`` = the rank-order fold of every rank's ``flat``, ``step`` items (a staging
+    slot, :func:`_p2p_chunk`) at a time (see :func:`_p2p_fold`)."""
     n = flat[0].numel()
-    staging.follow()
-    step = _p2p_chunk(n, flat, staging.world)
     for start in range(0, n, step):
         stop = _builtins.min(n, start + step)
         part = flat if (start, stop) == (0, n) else [f[start:stop] for f in flat]
@@ -563,12 +562,13 @@ def _p2p_fold(flat, op, outs, staging):
     192 MiB, 553 us where a kernel's loads take 677-719: ``tools/p2p_probe.py``), then the
     barrier kernel and the fold."""
     n = flat[0].numel()
+    mine = _describe(_devs(flat))
+    targets = mine if outs is flat else _describe(_devs(outs))      # in place: described once
+    stream = _arrays.stream_handle(mine[0])
+    staging.follow(stream)
     slot = staging.next_slot()
     offsets, section = _slot_layout(flat, n)
     me, world = staging.rank, staging.world
-    mine = _describe(_devs(flat))
-    targets = mine if outs is flat else _describe(_devs(outs))
-    stream = _arrays.stream_handle(mine[0])
     received = []
     for r in range(world):
         received.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
@@ -586,7 +586,13 @@ def _p2p_fold(flat, op, outs, staging):
             for f, off in zip(flat, offsets):
                 staging.tensor(slot, r, base + off, f.dtype, n).copy_(f)
     staging.barrier(stream)
-    arrays = tuple(received) + targets
+    _fold_ranks(op, world, received, targets, stream)
+
+
+def _fold_ranks(op, world, sources, targets, stream):
+    """``targets`` (Arrs of the result's fields) = the rank-order fold of ``sources`` (every
+    rank's field Arrs, rank major), on raw stream ``stream``: the rank fold's Program."""
+    arrays = tuple(sources) + tuple(targets)
     key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + (stream,)
     _RANKS_FOLD.run(key, *arrays)
 

@@ -3,8 +3,8 @@
 
 Each rank of a ``torch.distributed`` group allocates :data:`SLOTS` buffers once (per group and
 device, grown by doubling), shares them, and maps every other rank's: on GPUs through CUDA IPC
-(``cuIpcGetMemHandle`` / ``cuIpcOpenMemHandle``: a kernel on one GPU then loads another GPU's
-memory over NVLink), under Numba's simulator through files in ``/dev/shm`` (the simulator's
+(``cuIpcGetMemHandle`` / ``cuIpcOpenMemHandle``: a copy, or a kernel, on one GPU then writes
+another GPU's memory over NVLink), under Numba's simulator through files in ``/dev/shm`` (the simulator's
 device memory is host memory, so the same algorithm runs, and is tested, between CPU
 processes).
 
@@ -22,10 +22,11 @@ to exchange the handles; later calls do not.
 Public API
 ----------
 ``staging(group, device, nbytes) -> Staging | None`` (None: the ranks cannot map each
-other's memory -- several hosts, no driver, expandable segments -- and say so together)
-``Staging``: ``follow()``, ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a torch view of any
-rank's slot), ``array(slot, rank, offset, dtype, n)`` (an :class:`~cufold.host.arrays.Arr` of
-any rank's slot), ``barrier(stream)``, ``next_epoch()``, ``failed()``, ``close()``
+other's memory -- several hosts, no driver, no IPC -- and say so together)
+``Staging``: ``follow(stream)``, ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a
+torch view of any rank's slot), ``array(slot, rank, offset, dtype, n)`` (an
+:class:`~cufold.host.arrays.Arr` of any rank's slot), ``barrier(stream)``, ``next_epoch()``,
+``failed()``, ``close()``
 ``arrive_and_wait(flags, me, epoch, polls)``: the barrier's device function (for kernels that
 write into other ranks' memory and then meet them, as distributed's small p2p calls do)
 ``existing(group, device) -> Staging | None`` (the staging made so far; makes none)
@@ -163,17 +164,14 @@ class Staging:
         self._views = BoundedCache(256)
         self.flags = tuple(self._flags(r) for r in range(world))
 
-    def follow(self):
-        """Order this call after the group's previous one where it runs on another stream: the
-        slots' turns hold for one order of calls (a rank's second stream would otherwise refill
-        a slot that its first stream's fold, or another rank's, still reads)."""
-        if SIMULATOR:
-            return
-        import torch
-        stream = torch.cuda.current_stream(self.memory.device_id)
+    def follow(self, stream):
+        """Order this call, on raw stream ``stream``, after the group's previous one where that
+        ran on another stream: the slots' turns hold for one order of calls (a rank's second
+        stream would otherwise refill a slot that its first stream's fold, or another rank's,
+        still reads)."""
         last = self._stream
         if last is not None and last != stream:
-            stream.wait_stream(last)
+            _arrays._order_after(last, stream, self.memory.device_id)
         self._stream = stream
 
     def next_slot(self):
