@@ -64,6 +64,9 @@ ALIGN = 16
 #: one a barrier that timed out (so groups of at most ``FLAGS - 1`` ranks).
 FLAGS = 64
 FAILED = FLAGS - 1
+#: Bytes a buffer holds after its slots for the flags: a whole 2 MiB page, so that the buffer
+#: stays a whole number of large pages (its slots are then mapped as before the flags came).
+FLAG_BYTES = 2 << 20
 #: Polls of a barrier before it gives up on a rank (about a minute): it then records the call
 #: in ``flags[FAILED]`` (:meth:`Staging.failed`; ``distributed``'s ``check=True`` reports it).
 BARRIER_POLLS = 1 << 26
@@ -268,7 +271,7 @@ def _sim_array(st, address, dtype, n):
 
 def _base_of(st, address):
     for a in st.addresses:
-        if a <= address < a + SLOTS * st.capacity + 8 * FLAGS:
+        if a <= address < a + SLOTS * st.capacity + FLAG_BYTES:
             return a
     raise ValueError("cufold: address outside the staging")
 
@@ -321,9 +324,10 @@ _STAGING = {}        # (group, device index) -> Staging, or False where the rank
 
 
 def _group_key(group, device):
-    import torch.distributed as dist
-    g = group if group is not None else dist.group.WORLD
-    return (g, device.index if device.type == "cuda" else -1)
+    if group is None:
+        import torch.distributed as dist
+        group = dist.group.WORLD
+    return (group, device.index if device.type == "cuda" else -1)
 
 
 def staging(group, device, nbytes):
@@ -371,7 +375,7 @@ def _make(group, device, capacity):
         if world > FAILED:
             raise RuntimeError("more ranks than flags")
         with _on(device):
-            memory = (_ShmMemory if SIMULATOR else _CudaMemory)(SLOTS * capacity + 8 * FLAGS, device.index or 0)
+            memory = (_ShmMemory if SIMULATOR else _CudaMemory)(SLOTS * capacity + FLAG_BYTES, device.index or 0)
             _zero_flags(memory, SLOTS * capacity)
     except Exception as exc:            # the ranks decide together below
         failure = repr(exc)
