@@ -185,13 +185,15 @@ def case_all_reduce_p2p(c):
     import cufold.distributed as cd
     from cufold.host import peers
     rng = c.rng("p2p")
-    slot_max = cd.P2P_SLOT_MAX_BYTES
+    slot_max, push_max = cd.P2P_SLOT_MAX_BYTES, cd.P2P_PUSH_MAX_BYTES
     peers.release()
     saved, peers.MIN_BYTES = peers.MIN_BYTES, 64          # small slots, so that the test grows them
     try:
         for n in (5, 3, 40, 200, 33, 129):                   # grows at 40 and 200 (float64 pairs)
             if n == 129:                                       # from here a slot at most 48 pairs
                 cd.P2P_SLOT_MAX_BYTES = 1024
+            # small operands go by one push-and-meet kernel; 40 and 129 as large ones do
+            cd.P2P_PUSH_MAX_BYTES = 0 if n in (40, 129) else push_max
             a = rng.uniform(0.5, 1.5, (c.world, n))
             b = rng.standard_normal((c.world, n))
             want = (a[0], b[0])
@@ -213,7 +215,33 @@ def case_all_reduce_p2p(c):
             assert st is not None and st.capacity == want, (st and st.capacity, want)
     finally:
         peers.release()
-        peers.MIN_BYTES, cd.P2P_SLOT_MAX_BYTES = saved, slot_max
+        peers.MIN_BYTES, cd.P2P_SLOT_MAX_BYTES, cd.P2P_PUSH_MAX_BYTES = saved, slot_max, push_max
+
+
+def case_p2p_barrier_gives_up(c):
+    """A rank that never comes to a p2p call: the others' barrier gives up (after
+    ``peers.BARRIER_POLLS`` polls, a minute by default), and the next ``check=True`` call raises
+    the same error on every rank."""
+    import cufold
+    import cufold.distributed as cd
+    from cufold.host import peers
+    if c.world < 2:
+        return
+    saved = peers.BARRIER_POLLS
+    peers.release()
+    x = c.t(np.arange(8, dtype=np.float32))
+    cd.all_reduce(x, cufold.maximum, algorithm="p2p")          # every rank maps the staging
+    peers.BARRIER_POLLS = 1000
+    try:
+        if c.rank == 0:                                         # rank 1 never makes this call
+            cd.all_reduce(c.t(np.ones(8, np.float32)), cufold.maximum, algorithm="p2p", check=False)
+        raises_everywhere(lambda: cd.all_reduce(c.t(np.ones(4, np.float32))), RuntimeError, "gave up")
+    finally:
+        peers.BARRIER_POLLS = saved
+        peers.release()
+    y = c.t(np.full(5, c.rank, np.float32))                    # afresh: a new staging works
+    cd.all_reduce(y, cufold.maximum, algorithm="p2p")
+    close(c.h(y), np.full(5, c.world - 1))
 
 
 def case_p2p_streams_and_capture(c):

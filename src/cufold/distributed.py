@@ -40,9 +40,12 @@ call                                   what every rank gets
 
 - ``"p2p"``: every rank's GPU maps every other's staging buffers (CUDA IPC, one host;
   :mod:`cufold.host.peers`). Each rank copies ``x`` into every other rank's staging (copy
-  engines, over NVLink), the ranks wait for one another (a one-item all-reduce on the
-  stream: no host wait), and one kernel folds the ``W`` values of each item in rank order
-  from local memory: a custom-operator all-reduce in about the time of NCCL's own. Each
+  engines over NVLink; up to :data:`P2P_PUSH_MAX_BYTES`, a kernel), the ranks wait for one
+  another (flags that a kernel sets in the other ranks' memory and polls in its own: no host
+  wait, no torch collective), and one kernel folds the ``W`` values of each item in rank order
+  from local memory: a custom-operator all-reduce in about the time of NCCL's own. A barrier
+  that waits over a minute gives up and marks the call; the next ``check=True`` call raises
+  on every rank. Each
   rank sends ``W - 1`` times ``x`` (a ring: ``2 (W - 1) / W`` times); operands above
   :data:`P2P_SLOT_MAX_BYTES` go a slot at a time. Not inside CUDA-graph capture (the slots
   take turns call by call): there the default takes the next algorithm.
@@ -101,7 +104,7 @@ from .device import reproducible as _reproducible
 
 __all__ = ["all_reduce", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "mean", "var",
            "mean_var", "reduce_by_key_into", "SCATTER_MIN_ITEMS", "PACK_MAX_BYTES", "P2P_DEFAULT_WORLD",
-           "P2P_SLOT_MAX_BYTES"]
+           "P2P_SLOT_MAX_BYTES", "P2P_PUSH_MAX_BYTES"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -114,9 +117,15 @@ PACK_MAX_BYTES = 1 << 20
 
 
 def _torch():
-    import torch
-    import torch.distributed as dist
-    return torch, dist
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        import torch.distributed as dist
+        _TORCH = (torch, dist)
+    return _TORCH
+
+
+_TORCH = None                                  # (torch, torch.distributed), imported on first use
 
 
 def _all_gather(output, input, group):
@@ -154,6 +163,9 @@ def _fields(x, name):
     if isinstance(x, tuple):
         if not x:
             raise ValueError("cufold: %s is an empty tuple" % name)
+        torch, _ = _torch()
+        if all(f.__class__ is torch.Tensor and f.is_cuda for f in x):     # a call's host time
+            return x, True
         return tuple(_tensor(f, "%s[%d]" % (name, i)) for i, f in enumerate(x)), True
     return (_tensor(x, name),), False
 
@@ -231,7 +243,7 @@ _DTYPE_CHARS = "?bBhHiIlLqQefdgFD"
 _SLOTS = 32
 _COMMON = 24                                     # slots that must agree on every rank
 _FN, _OP, _NFIELDS, _NDIM, _SHAPE, _DTYPES, _EXTRA = 0, 1, 2, 3, 4, 12, 20
-_ERROR, _LEN, _ROWS, _KMIN, _KMAX = 24, 25, 26, 27, 28
+_ERROR, _LEN, _ROWS, _KMIN, _KMAX, _P2P_FAILED = 24, 25, 26, 27, 28, 29
 _MAX_DIMS = 8
 
 
@@ -293,6 +305,9 @@ def _agree(call, group, device):
     **Synchronises the host** (one read-back)."""
     torch, dist = _torch()
     v = torch.tensor(call.vector, dtype=torch.int64).to(device, non_blocking=True)
+    staging = _peers.existing(group, device)
+    if staging is not None:                 # a p2p barrier that gave up, reported on every rank
+        call.device_slots[_P2P_FAILED] = staging.failed()
     for slot, value in call.device_slots.items():
         v[slot] = value
     w, rank = _group_info(group)
@@ -301,6 +316,11 @@ def _agree(call, group, device):
     rows = _read(table).reshape(w, _SLOTS)
     if call.error is not None:
         raise call.error
+    gave_up = [r for r in range(w) if rows[r, _P2P_FAILED]]
+    if gave_up:
+        raise RuntimeError("cufold: a p2p all-reduce on rank %s waited over a minute for another rank and "
+                           "gave up: its results, and those of the calls after it, are wrong "
+                           "(cufold.host.peers.release() starts afresh)" % ", ".join(map(str, gave_up)))
     bad = [r for r in range(w) if rows[r, _ERROR]]
     if bad:
         raise ValueError("cufold: distributed.%s failed on rank %s (its own error says why); no rank ran it"
@@ -394,9 +414,10 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
                                                               if algorithm in ALGORITHMS else 0,)) if check else None
     with _local_errors(call):
         _check_fields(ts, "x")
-        if len(outs) != len(ts) or any(o.shape != t.shape or o.dtype != t.dtype for o, t in zip(outs, ts)):
+        if outs is not ts and (len(outs) != len(ts) or
+                               any(o.shape != t.shape or o.dtype != t.dtype for o, t in zip(outs, ts))):
             raise ValueError("cufold: out must match x field by field (shape and dtype)")
-        if any(not o.is_contiguous() for o in outs + ts):
+        if not all(t.is_contiguous() for t in ts) or (outs is not ts and not all(o.is_contiguous() for o in outs)):
             raise ValueError("cufold: distributed.all_reduce takes contiguous tensors (x.contiguous())")
         if algorithm is not None and algorithm not in ALGORITHMS:
             raise ValueError("cufold: algorithm must be one of %s or None; got %r" % (ALGORITHMS, algorithm))
@@ -414,6 +435,8 @@ def all_reduce(x, op=plus, *, out=None, group=None, algorithm=None, check=True):
 
 
 def _check_fields(ts, name):
+    if len(ts) == 1:
+        return
     shape = ts[0].shape
     if any(t.shape != shape for t in ts):
         raise ValueError("cufold: %s's fields differ in shape: %s" % (name, [tuple(t.shape) for t in ts]))
@@ -431,8 +454,9 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
     staging = None
     if w > 1 and n and (algorithm == "p2p" or (algorithm is None and native is None and w == P2P_DEFAULT_WORLD)) \
             and not _capturing(algorithm):
-        step = _p2p_chunk(n, ts, w)
-        staging = _peers.staging(group, ts[0].device, (w - 1) * _slot_layout(ts, step)[1])
+        itemsizes = tuple(t.element_size() for t in ts)
+        step, slot_bytes = _p2p_sizes(n, itemsizes, w)
+        staging = _peers.staging(group, ts[0].device, slot_bytes)
         if staging is None and algorithm == "p2p":
             raise ValueError("cufold: algorithm 'p2p' needs every rank's memory mapped by every other "
                              "(one host, CUDA IPC between the GPUs); use 'gather' or 'scatter'")
@@ -452,17 +476,17 @@ def _all_reduce(ts, op, outs, group, algorithm=None):
             if o is not t:
                 o.copy_(t)
         return
-    dtypes = tuple(_np_dtype(t) for t in ts)
     flat_in = [t if t.dim() == 1 else t.reshape(-1) for t in ts]
     flat_out = flat_in if outs is ts else [o if o.dim() == 1 else o.reshape(-1) for o in outs]
+    if algorithm == "p2p":
+        _p2p(flat_in, op, flat_out, staging, step, itemsizes)
+        return
+    dtypes = tuple(_np_dtype(t) for t in ts)
     if algorithm == "gather":
         _fold(_gather_fields(flat_in, group), op, dtypes, flat_out)
         return
     if algorithm == "sums":
         _welford_sums(flat_in, flat_out, group)
-        return
-    if algorithm == "p2p":
-        _p2p(flat_in, op, flat_out, staging, step)
         return
     # scatter: rank r folds everyone's r-th chunk, then the folded chunks are gathered
     chunk = -(-n // w)
@@ -510,61 +534,78 @@ def _capturing(algorithm):
     return True
 
 
-def _slot_layout(fields, n):
-    """Byte offsets of ``fields`` (n items each) in a staging slot, and the slot's bytes."""
+@functools.lru_cache(maxsize=256)
+def _slot_layout(itemsizes, n):
+    """Byte offsets of fields of ``itemsizes`` bytes an item (n items each) in a staging slot,
+    and the slot's bytes."""
     offsets, size = [], 0
-    for f in fields:
+    for itemsize in itemsizes:
         offsets.append(size)
-        size += -(-n * f.element_size() // _peers.ALIGN) * _peers.ALIGN
-    return offsets, size
+        size += -(-n * itemsize // _peers.ALIGN) * _peers.ALIGN
+    return tuple(offsets), size
 
 
-def _p2p_chunk(n_items, fields, world):
-    """Items of ``fields`` a staging slot takes at once from each of ``world - 1`` other ranks
-    (at most :data:`P2P_SLOT_MAX_BYTES` in all)."""
-    per_item = (world - 1) * _builtins.sum(f.element_size() for f in fields)
+@functools.lru_cache(maxsize=256)
+def _p2p_sizes(n_items, itemsizes, world):
+    """``(step, bytes)``: the items of fields of ``itemsizes`` bytes an item that a staging slot
+    takes at once from each of ``world - 1`` other ranks (at most :data:`P2P_SLOT_MAX_BYTES`
+    in all), and the slot's bytes for them."""
+    per_item = (world - 1) * _builtins.sum(itemsizes)
     aligned = (P2P_SLOT_MAX_BYTES // per_item // 16 - 1) * 16     # chunks start 16 items apart
-    return _builtins.max(1, _builtins.min(n_items, aligned))
+    step = _builtins.max(1, _builtins.min(n_items, aligned))
+    return step, (world - 1) * _slot_layout(itemsizes, step)[1]
 
 
-def _p2p(flat, op, outs, staging, step):
+def _p2p(flat, op, outs, staging, step, itemsizes):
     """``outs`` = the rank-order fold of every rank's ``flat``, ``step`` items (a staging
-    slot, :func:`_p2p_chunk`) at a time (see :func:`_p2p_fold`)."""
+    slot, :func:`_p2p_sizes`) at a time (see :func:`_p2p_fold`)."""
     n = flat[0].numel()
+    if step >= n:
+        _p2p_fold(flat, op, outs, staging, itemsizes)
+        return
     for start in range(0, n, step):
         stop = _builtins.min(n, start + step)
-        part = flat if (start, stop) == (0, n) else [f[start:stop] for f in flat]
-        into = outs if (start, stop) == (0, n) else [o[start:stop] for o in outs]
-        _p2p_fold(part, op, into, staging)
+        _p2p_fold([f[start:stop] for f in flat], op, [o[start:stop] for o in outs], staging, itemsizes)
 
 
-def _p2p_fold(flat, op, outs, staging):
-    """One chunk of :func:`_p2p`: this rank's ``flat`` is copied into every other rank's slot
-    (its section of it: one per other rank), every rank waits for every other (a one-item
-    all-reduce on the stream), then one kernel folds this rank's ``flat`` and the sections
-    its own slot received, in rank order, all in local memory. The copies to another GPU are
-    ``copy_`` into its mapped memory: a copy engine over NVLink, which reads and writes
-    another GPU's memory faster than a kernel's loads do (2 x H200, 192 MiB: 553 us, where a
-    kernel pulling the same bytes takes 677-719: ``tools/p2p_probe.py``)."""
+def _p2p_fold(flat, op, outs, staging, itemsizes):
+    """One chunk of :func:`_p2p`: this rank's ``flat`` goes into every other rank's slot (its
+    section of it: one per other rank), every rank waits for every other (a barrier kernel on
+    the stream), then one kernel folds this rank's ``flat`` and the sections its own slot
+    received, in rank order, all in local memory.
+
+    Up to :data:`P2P_PUSH_MAX_BYTES` one kernel of one block writes the operand into the
+    other ranks' memory and meets them (a small call's time is launches and host time: one
+    Program of two launches); above it, ``copy_`` into the mapped memory sends it (a copy
+    engine over NVLink, which moves another GPU's bytes faster than a kernel does: 2 x H200,
+    192 MiB, 553 us where a kernel's loads take 677-719: ``tools/p2p_probe.py``), then the
+    barrier kernel and the fold."""
     n = flat[0].numel()
     mine = _describe(_devs(flat))
-    targets = mine if outs is flat else _describe(_devs(outs))      # in place: described once
+    in_place = outs is flat
+    targets = mine if in_place else _describe(_devs(outs))      # in place: described once
     stream = _arrays.stream_handle(mine[0])
     staging.follow(stream)
     slot = staging.next_slot()
-    offsets, section = _slot_layout(flat, n)
+    offsets, section = _slot_layout(itemsizes, n)
+    if section <= P2P_PUSH_MAX_BYTES:
+        # The slot's arrays are constants of this Program (a Program per slot and layout): a
+        # call passes only its own arrays.
+        sig = _programs.signature
+        key = (op, staging, slot, in_place, stream) + tuple(sig(a) for a in mine) + \
+            (() if in_place else tuple(sig(a) for a in targets))
+        _P2P_SMALL.run(key, *(mine if in_place else mine + targets), np.int64(staging.next_epoch()),
+                       np.int64(_peers.BARRIER_POLLS))
+        return
     me, world = staging.rank, staging.world
+    received = _received(staging, slot, mine, offsets, section)
     for r in range(world):
         if r != me:
             base = _section(me, r) * section
             for f, off in zip(flat, offsets):
                 staging.tensor(slot, r, base + off, f.dtype, n).copy_(f)
-    staging.barrier()
-    sources = []
-    for r in range(world):
-        sources.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
-                                             for off, a in zip(offsets, mine)))
-    _fold_ranks(op, world, sources, targets, stream)
+    staging.barrier(stream)
+    _fold_ranks(op, world, received, targets, stream)
 
 
 def _fold_ranks(op, world, sources, targets, stream):
@@ -573,6 +614,71 @@ def _fold_ranks(op, world, sources, targets, stream):
     arrays = tuple(sources) + tuple(targets)
     key = (op, world, len(targets)) + tuple(_programs.signature(a) for a in arrays) + (stream,)
     _RANKS_FOLD.run(key, *arrays)
+
+
+#: Operands of at most this many bytes (a rank's slot section) go to the other ranks by one
+#: kernel of one block that also meets them (no copy-engine copies, no separate barrier).
+P2P_PUSH_MAX_BYTES = 64 << 10
+_PUSH_THREADS = 32 if SIMULATOR else 256
+
+
+@functools.lru_cache(maxsize=None)
+def _push_kernel(fields, others):
+    """Kernel ``(srcs, dests, flags, me, epoch, polls, n)`` of one block: every field of
+    ``srcs`` (this rank's operand, ``fields`` arrays) written into ``dests`` (each other rank's
+    section of this call's slot, rank-major: ``others`` x ``fields`` arrays, mapped here), then
+    the barrier (:func:`cufold.host.peers.arrive_and_wait`)."""
+    nt = _PUSH_THREADS
+    lines = ["def push(srcs, dests, flags, me, epoch, polls, n):",
+             "    i = cuda.threadIdx.x",
+             "    while i < n:"]
+    lines += ["        v%d = srcs[%d][i]" % (f, f) for f in range(fields)]
+    lines += ["        dests[%d][i] = v%d" % (j * fields + f, f) for j in range(others) for f in range(fields)]
+    lines += ["        i += %d" % nt,
+              "    cuda.threadfence_system()     # this thread's stores land before any flag does",
+              "    cuda.syncthreads()",
+              "    arrive(flags, me, epoch, polls)"]
+    return _codegen.build("\n".join(lines) + "\n", "push", {"arrive": _peers.arrive_and_wait}, device=False)
+
+
+def _received(staging, slot, mine, offsets, section):
+    """Every rank's operand for this rank's fold, rank major: its own ``mine``, the others'
+    sections of its ``slot``."""
+    me, n, received = staging.rank, mine[0].size, []
+    for r in range(staging.world):
+        received.extend(mine if r == me else (staging.array(slot, me, _section(r, me) * section + off, a.dtype, n)
+                                              for off, a in zip(offsets, mine)))
+    return received
+
+
+def _p2p_small_plan(key, *args):
+    """The Program of a small :func:`_p2p_fold` (``key``: see there; ``args``: this rank's
+    operand's fields, then the targets' unless in place, then the call's barrier number and
+    poll limit): the push-and-meet kernel, then the fold."""
+    staging, slot, in_place, stream = key[1], key[2], key[3], key[4]
+    op, world, me = key[0], staging.world, staging.rank
+    arrays = args[:-2]
+    fields = len(arrays) if in_place else len(arrays) // 2
+    b = _programs.Builder(arrays[0].device_id, stream)
+    placed = tuple(b.input(a) for a in arrays)
+    epoch, polls = b.value(args[-2]), b.value(args[-1])
+    mine = placed[:fields]
+    targets = mine if in_place else placed[fields:]
+    offsets, section = _slot_layout(tuple(a.dtype.itemsize for a in arrays[:fields]), mine[0].size)
+    sends = tuple(staging.array(slot, r, _section(me, r) * section + off, a.dtype, a.size)
+                  for r in range(world) if r != me for off, a in zip(offsets, mine))
+    received = _received(staging, slot, mine, offsets, section)
+    n = mine[0].size
+    b.launch(_push_kernel(fields, world - 1), ("p2p_push", fields, world - 1), 1, _PUSH_THREADS,
+             (mine, sends, staging.flags, np.int64(me), epoch, polls, np.int64(n)))
+    vt = ValueType.of(tuple(a.dtype for a in targets) if fields > 1 else targets[0].dtype)
+    grid = _builtins.max(1, -(-n // (_FOLD_THREADS * _FOLD_ITEMS)))
+    b.launch(_ranks_fold_kernel(op, vt, world), ("ranks_fold", op, vt, world), grid, _FOLD_THREADS,
+             (tuple(received), targets, np.int64(n)))
+    return b.build()
+
+
+_P2P_SMALL = _programs.Programs(_p2p_small_plan, "cufold.distributed.p2p_small", 256)
 
 
 def _section(source, receiver):

@@ -9,9 +9,10 @@ device memory is host memory, so the same algorithm runs, and is tested, between
 processes).
 
 A call uses the slots in turn: it copies its operand into every other rank's slot, then
-every rank waits for every other (:meth:`Staging.barrier`: a one-item all-reduce on the call's
-stream, stream-ordered, no host synchronisation), then its kernel folds what its own slot
-received. A rank writes into a slot again only :data:`SLOTS` calls later, after a barrier that
+every rank waits for every other (:meth:`Staging.barrier`: a kernel of one warp that stores
+the call's number into every other rank's flags and waits until every other rank's number is in
+its own: stream-ordered, no host synchronisation, and no torch collective, whose host time is
+~46 us), then its kernel folds what its own slot received. A rank writes into a slot again only :data:`SLOTS` calls later, after a barrier that
 no rank passes before it has finished the kernel that read that slot.
 
 Making or growing a group's staging is collective (every rank calls :func:`staging` with the
@@ -24,7 +25,11 @@ Public API
 other's memory -- several hosts, no driver, no IPC -- and say so together)
 ``Staging``: ``follow(stream)``, ``next_slot()``, ``tensor(slot, rank, offset, dtype, n)`` (a
 torch view of any rank's slot), ``array(slot, rank, offset, dtype, n)`` (an
-:class:`~cufold.host.arrays.Arr` of any rank's slot), ``barrier()``, ``close()``
+:class:`~cufold.host.arrays.Arr` of any rank's slot), ``barrier(stream)``, ``next_epoch()``,
+``failed()``, ``close()``
+``arrive_and_wait(flags, me, epoch, polls)``: the barrier's device function (for kernels that
+write into other ranks' memory and then meet them, as distributed's small p2p calls do)
+``existing(group, device) -> Staging | None`` (the staging made so far; makes none)
 ``release()`` (every group's staging freed; collective)
 """
 
@@ -36,10 +41,12 @@ import os
 import socket
 import uuid
 
-import numpy as np
-from numba import config
+import functools
 
-from . import arrays as _arrays
+import numpy as np
+from numba import config, cuda
+
+from . import arrays as _arrays, launch as _launch
 from .launch import BoundedCache
 
 __all__ = ["staging", "Staging", "release", "SLOTS", "MIN_BYTES"]
@@ -53,6 +60,16 @@ SLOTS = 2
 MIN_BYTES = 1 << 20
 #: Byte alignment of every field in a slot (16: the kernels' signatures see aligned arrays).
 ALIGN = 16
+#: int64 flags after a rank's slots: ``flags[r]`` the last barrier rank ``r`` reached, the last
+#: one a barrier that timed out (so groups of at most ``FLAGS - 1`` ranks).
+FLAGS = 64
+FAILED = FLAGS - 1
+#: Bytes a buffer holds after its slots for the flags: a whole 2 MiB page, so that the buffer
+#: stays a whole number of large pages (its slots are then mapped as before the flags came).
+FLAG_BYTES = 2 << 20
+#: Polls of a barrier before it gives up on a rank (about a minute): it then records the call
+#: in ``flags[FAILED]`` (:meth:`Staging.failed`; ``distributed``'s ``check=True`` reports it).
+BARRIER_POLLS = 1 << 26
 
 _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 
@@ -142,12 +159,13 @@ class Staging:
     """One group's staging on this rank (see the module doc): :data:`SLOTS` slots of
     ``capacity`` bytes on every rank, ``addresses[r]`` rank ``r``'s buffer in this process."""
 
-    def __init__(self, group, world, rank, capacity, memory, addresses, flag):
+    def __init__(self, group, world, rank, capacity, memory, addresses):
         self.group, self.world, self.rank, self.capacity = group, world, rank, capacity
-        self.memory, self.addresses, self.flag = memory, addresses, flag
-        self._calls = 0
+        self.memory, self.addresses = memory, addresses
+        self._calls = self._epoch = 0
         self._stream = None
         self._views = BoundedCache(256)
+        self.flags = tuple(self._flags(r) for r in range(world))
 
     def follow(self, stream):
         """Order this call, on raw stream ``stream``, after the group's previous one where that
@@ -192,11 +210,33 @@ class Staging:
             a = self._views.put(key, a)
         return a
 
-    def barrier(self):
-        """Every rank has reached this point of its stream (a one-item all-reduce on the
-        current stream: stream-ordered, the host does not wait)."""
-        import torch.distributed as dist
-        dist.all_reduce(self.flag, group=self.group)
+    def _flags(self, rank):
+        address = self.addresses[rank] + SLOTS * self.capacity
+        if SIMULATOR:
+            return _arrays.describe(_sim_array(self, address, np.int64, FLAGS))
+        return _arrays.Arr(address, (FLAGS,), (1,), np.dtype(np.int64), FLAGS, "cai", self, self.memory.device_id)
+
+    def next_epoch(self):
+        """The number of this call's barrier (every rank counts the same barriers)."""
+        self._epoch += 1
+        return self._epoch
+
+    def barrier(self, stream):
+        """Every rank has reached this point of its stream ``stream`` (a raw handle): a
+        kernel waits for it there; the host does not wait."""
+        _launch.launch(_barrier_kernel(), ("peers_barrier",), 1, 32, stream,
+                       (self.flags, np.int64(self.rank), np.int64(self.next_epoch()), np.int64(BARRIER_POLLS)))
+
+    def failed(self):
+        """A 0-d torch view of this rank's ``flags[FAILED]``: the number of a barrier that gave
+        up waiting, else 0 (``distributed``'s agreement step reads it with its exchange, so
+        that ``check=True`` reports a timed-out call on every rank, with no wait of its own)."""
+        import torch
+        t = self._views.get("failed")
+        if t is None:
+            address = self.addresses[self.rank] + SLOTS * self.capacity + 8 * FAILED
+            t = self._views.put("failed", _torch_view(self, address, torch.int64, 1).reshape(()))
+        return t
 
     def close(self):
         """Unmap the other ranks' buffers and free this rank's (no rank may still use them:
@@ -206,6 +246,7 @@ class Staging:
                 self.memory.unmap(address)
         self.memory.free()
         self._views.clear()
+        self.flags = ()
 
 
 def _torch_view(st, address, dtype, n):
@@ -230,9 +271,45 @@ def _sim_array(st, address, dtype, n):
 
 def _base_of(st, address):
     for a in st.addresses:
-        if a <= address < a + SLOTS * st.capacity:
+        if a <= address < a + SLOTS * st.capacity + FLAG_BYTES:
             return a
     raise ValueError("cufold: address outside the staging")
+
+
+@cuda.jit(device=True)
+def arrive_and_wait(flags, me, epoch, polls):
+    """The barrier's device side, for the threads ``r`` of a block (``r < W``): thread ``r``
+    stores ``epoch`` into rank ``r``'s ``flags[me]`` (a store over NVLink, after a system-wide
+    fence: what this rank wrote into rank ``r``'s memory lands first), then polls this rank's
+    ``flags[r]`` until it holds ``epoch``, at most ``polls`` times. The poll is an atomic read
+    (L2, where rank ``r``'s store lands): a compare-and-swap that never swaps, since a
+    read-modify-write such as ``max(flag, 0)`` writes the value back and, in the simulator,
+    may erase a store that lands between its read and its write. Every thread of the block
+    that wrote into another rank's memory must have fenced (``threadfence_system``) and met
+    the others at ``syncthreads`` first."""
+    r = cuda.threadIdx.x
+    if r < len(flags) and r != me:
+        cuda.threadfence_system()
+        theirs = flags[r]
+        theirs[me] = epoch
+        cuda.threadfence_system()
+        mine = flags[me]
+        k = 0
+        while cuda.atomic.cas(mine, r, -1, -1) < epoch:     # a read (no flag is -1) that never writes
+            k += 1
+            if k > polls:
+                cuda.atomic.max(mine, FAILED, epoch)
+                break
+            cuda.nanosleep(np.uint32(256))
+        cuda.threadfence_system()
+
+
+@functools.lru_cache(maxsize=None)
+def _barrier_kernel():
+    """``(flags, me, epoch, polls)``: one warp, :func:`arrive_and_wait`."""
+    def barrier(flags, me, epoch, polls):
+        arrive_and_wait(flags, me, epoch, polls)
+    return barrier
 
 
 class _Interface:
@@ -247,9 +324,10 @@ _STAGING = {}        # (group, device index) -> Staging, or False where the rank
 
 
 def _group_key(group, device):
-    import torch.distributed as dist
-    g = group if group is not None else dist.group.WORLD
-    return (g, device.index if device.type == "cuda" else -1)
+    if group is None:
+        import torch.distributed as dist
+        group = dist.group.WORLD
+    return (group, device.index if device.type == "cuda" else -1)
 
 
 def staging(group, device, nbytes):
@@ -272,6 +350,11 @@ def staging(group, device, nbytes):
     return st
 
 
+def existing(group, device):
+    """The staging of ``group`` on ``device`` if one was made (never makes one)."""
+    return _STAGING.get(_group_key(group, device)) or None
+
+
 def _retire(st):
     """Free a staging every rank holds: after every rank's device has finished with it."""
     import torch
@@ -283,15 +366,17 @@ def _retire(st):
 
 
 def _make(group, device, capacity):
-    import torch
     import torch.distributed as dist
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     memory, failure = None, None
     try:
         if not SIMULATOR and device.type != "cuda":
             raise RuntimeError("not a CUDA device")
+        if world > FAILED:
+            raise RuntimeError("more ranks than flags")
         with _on(device):
-            memory = (_ShmMemory if SIMULATOR else _CudaMemory)(SLOTS * capacity, device.index or 0)
+            memory = (_ShmMemory if SIMULATOR else _CudaMemory)(SLOTS * capacity + FLAG_BYTES, device.index or 0)
+            _zero_flags(memory, SLOTS * capacity)
     except Exception as exc:            # the ranks decide together below
         failure = repr(exc)
     mine = (failure is None, socket.gethostname(), memory.handle if memory is not None else b"")
@@ -320,8 +405,18 @@ def _make(group, device, capacity):
         return None
     if SIMULATOR:
         memory.shared()
-    flag = torch.zeros(1, dtype=torch.int32, device=device)
-    return Staging(group, world, rank, capacity, memory, addresses, flag)
+    return Staging(group, world, rank, capacity, memory, addresses)
+
+
+def _zero_flags(memory, offset):
+    """A new buffer's flags, zeroed before any rank can see the buffer (its handle goes out
+    only after this: the exchange synchronises)."""
+    if SIMULATOR:
+        memory.buf[offset: offset + 8 * FLAGS] = 0
+        return
+    _check(memory.lib.cuMemsetD8_v2(ctypes.c_uint64(memory.ptr + offset), ctypes.c_ubyte(0),
+                                    ctypes.c_size_t(8 * FLAGS)), "cuMemsetD8")
+    _check(memory.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 def _on(device):
