@@ -351,6 +351,13 @@ def case_reduce_rank_order(c):
     got = cd.reduce((c.t(c.shard(a)), c.t(c.shard(b))), affine_op(), check=False)
     close(c.h(got[0]), want[0], rtol=1e-12)
     close(c.h(got[1]), want[1], rtol=1e-12)
+    # global indices past uneven shards (an empty one at 3 ranks), ties to the first, NaN first
+    m = rng.integers(0, 4, (13, 3)).astype(np.float32)
+    m[9, 1] = np.nan
+    x = c.t(c.shard(m))
+    assert int(c.h(cd.argmax(x, check=False))) == int(np.argmax(m))
+    assert (c.h(cd.argmax(x, axis=0)) == np.argmax(m, axis=0)).all()
+    assert (c.h(cd.argmin(x, axis=0, check=False)) == np.argmin(m, axis=0)).all()
 
 
 def case_sum_gpu_to_gpu(c):

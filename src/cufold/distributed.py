@@ -545,13 +545,17 @@ def _slot_layout(itemsizes, n):
     return tuple(offsets), size
 
 
-@functools.lru_cache(maxsize=256)
 def _p2p_sizes(n_items, itemsizes, world):
     """``(step, bytes)``: the items of fields of ``itemsizes`` bytes an item that a staging slot
     takes at once from each of ``world - 1`` other ranks (at most :data:`P2P_SLOT_MAX_BYTES`
     in all), and the slot's bytes for them."""
+    return _chunk_sizes(n_items, itemsizes, world, P2P_SLOT_MAX_BYTES)
+
+
+@functools.lru_cache(maxsize=256)
+def _chunk_sizes(n_items, itemsizes, world, slot_max):
     per_item = (world - 1) * _builtins.sum(itemsizes)
-    aligned = (P2P_SLOT_MAX_BYTES // per_item // 16 - 1) * 16     # chunks start 16 items apart
+    aligned = (slot_max // per_item // 16 - 1) * 16     # chunks start 16 items apart
     step = _builtins.max(1, _builtins.min(n_items, aligned))
     return step, (world - 1) * _slot_layout(itemsizes, step)[1]
 
@@ -743,11 +747,13 @@ def _ranks_fold_plan(key, *arrays):
 _RANKS_FOLD = _programs.Programs(_ranks_fold_plan, "cufold.distributed.ranks_fold", 256)
 
 
-def _gather_fields(flat, group):
+def _gather_fields(flat, group, same_layout=True):
     """Every rank's 1-D fields ``flat`` (equally long), gathered: a list of (W, n) tensors, one
     per field. Up to :data:`PACK_MAX_BYTES` a rank, several fields travel packed in one byte
     buffer (each at an offset aligned to its item size), so a small tuple costs one collective,
-    not one per field; larger ones go field by field, without the pack's copies."""
+    not one per field; larger ones go field by field, without the pack's copies. Packed fields
+    of different item sizes are made contiguous (one layout, as a tuple's fields share) unless
+    ``same_layout`` is False."""
     torch, _ = _torch()
     w, _ = _group_info(group)
     n, dev = flat[0].numel(), flat[0].device
@@ -770,7 +776,7 @@ def _gather_fields(flat, group):
     every = torch.empty((w, size), dtype=torch.uint8, device=dev)
     _all_gather(every.view(-1), mine, group)
     stacks = [every[:, off: off + n * f.element_size()].view(f.dtype) for f, off in zip(flat, offsets)]
-    if len({f.element_size() for f in flat}) > 1:      # a tuple's fields share one layout (strides)
+    if same_layout and len({f.element_size() for f in flat}) > 1:    # a tuple's fields: one layout (strides)
         stacks = [s.contiguous() for s in stacks]
     return stacks
 
@@ -1154,18 +1160,70 @@ def _arg(name, local, op):
 def _global_arg(value, index, items, op, group):
     """Fold every rank's (value, local index) pairs in rank order, each index moved past the
     ``items`` (flat, or rows along axis 0) of the ranks before it: one packed gather carries
-    the pairs and the shard sizes together."""
+    the pairs and the shard sizes together, one kernel moves the indices and folds."""
     torch, _ = _torch()
-    w, _ = _group_info(group)
     shape = value.shape
-    sizes = torch.full(value.shape, items, dtype=torch.int64, device=value.device).reshape(-1)
-    vals, idx, counts = _gather_fields([value.reshape(-1), index.reshape(-1), sizes], group)
-    starts = torch.cumsum(counts, 0) - counts                  # each rank's first global index
-    none = int(op.identity_for(ValueType.of((_np_dtype(value), np.int64)))[1])
-    idx = torch.where(idx == none, idx, idx + starts)          # an empty shard's identity stays
-    value, index = torch.empty_like(value.reshape(-1)), torch.empty_like(index.reshape(-1))
-    _fold([vals.contiguous(), idx], op, (_np_dtype(value), np.dtype(np.int64)), [value, index])
+    flat_value, flat_index = value.reshape(-1), index.reshape(-1)
+    sizes = _shard_sizes(flat_value.numel(), items, value.device)
+    vals, idx, counts = _gather_fields([flat_value, flat_index, sizes], group, same_layout=False)
+    value, index = torch.empty_like(flat_value), torch.empty_like(flat_index)
+    arrays = _describe(_devs((vals, idx, counts, value, index)))
+    key = (op,) + tuple(_programs.signature(a) for a in arrays) + (_arrays.stream_handle(arrays[3]),)
+    _GLOBAL_ARG.run(key, *arrays)
     return value.reshape(shape), index.reshape(shape)
+
+
+def _shard_sizes(m, items, device):
+    """``m`` copies of this rank's shard size ``items`` (int64, on ``device``): what the pairs'
+    gather carries beside them; made once per size (read only)."""
+    key = (m, items, device)
+    t = _SHARD_SIZES.get(key)
+    if t is None:
+        torch, _ = _torch()
+        t = _SHARD_SIZES.put(key, torch.full((m,), items, dtype=torch.int64, device=device))
+    return t
+
+
+_SHARD_SIZES = _launch.BoundedCache(64)
+_GLOBAL_ARG_THREADS = 32 if SIMULATOR else 128
+
+
+@functools.lru_cache(maxsize=None)
+def _global_arg_kernel(op, vt, world):
+    """Kernel ``(vals, idx, counts, value, index)``: for each position ``j``, every rank's
+    ``(vals[r, j], idx[r, j])`` (a local index, or the operator's empty index) with the index
+    moved past ``counts[0..r-1, j]``, folded in rank order into ``(value[j], index[j])``."""
+    combine = op.combine(vt)
+    none = np.int64(op.identity_for(vt)[1])
+
+    def global_arg(vals, idx, counts, value, index):
+        j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if j < value.shape[0]:
+            best = (vals[0, j], idx[0, j])
+            start = counts[0, j]
+            for r in range(1, world):
+                i = idx[r, j]
+                if i != none:
+                    i += start
+                best = combine(best, (vals[r, j], i))
+                start += counts[r, j]
+            value[j] = best[0]
+            index[j] = best[1]
+    return global_arg
+
+
+def _global_arg_plan(key, *arrays):
+    """The Program of :func:`_global_arg`'s kernel for these arrays."""
+    b = _programs.Builder(arrays[0].device_id, key[-1])
+    vals, idx, counts, value, index = (b.input(a) for a in arrays)
+    vt = ValueType.of((value.dtype, np.dtype(np.int64)))
+    m = value.size
+    b.launch(_global_arg_kernel(key[0], vt, vals.shape[0]), ("global_arg", key[0], vt, vals.shape[0]),
+             _builtins.max(1, -(-m // _GLOBAL_ARG_THREADS)), _GLOBAL_ARG_THREADS, (vals, idx, counts, value, index))
+    return b.build()
+
+
+_GLOBAL_ARG = _programs.Programs(_global_arg_plan, "cufold.distributed.global_arg", 256)
 
 
 def _local_pair(t, axis, local, op):
