@@ -672,13 +672,9 @@ def _p2p_small_plan(key, *args):
     sends = tuple(staging.array(slot, r, _section(me, r) * section + off, a.dtype, a.size)
                   for r in range(world) if r != me for off, a in zip(offsets, mine))
     received = _received(staging, slot, mine, offsets, section)
-    n = mine[0].size
     b.launch(_push_kernel(fields, world - 1), ("p2p_push", fields, world - 1), 1, _PUSH_THREADS,
-             (mine, sends, staging.flags, np.int64(me), epoch, polls, np.int64(n)))
-    vt = ValueType.of(tuple(a.dtype for a in targets) if fields > 1 else targets[0].dtype)
-    grid = _builtins.max(1, -(-n // (_FOLD_THREADS * _FOLD_ITEMS)))
-    b.launch(_ranks_fold_kernel(op, vt, world), ("ranks_fold", op, vt, world), grid, _FOLD_THREADS,
-             (tuple(received), targets, np.int64(n)))
+             (mine, sends, staging.flags, np.int64(me), epoch, polls, np.int64(mine[0].size)))
+    _launch_ranks_fold(b, op, world, tuple(received), targets)
     return b.build()
 
 
@@ -730,17 +726,22 @@ def _ranks_fold_kernel(op, vt, world):
     return _codegen.build("\n".join(lines) + "\n", "fold_ranks", env, device=False)
 
 
+def _launch_ranks_fold(b, op, world, sources, targets):
+    """Add the rank fold of ``sources`` into ``targets`` (placeholders or constant arrays of
+    Program builder ``b``; see :func:`_ranks_fold_kernel`) to ``b``."""
+    vt = ValueType.of(tuple(a.dtype for a in targets) if len(targets) > 1 else targets[0].dtype)
+    n = targets[0].size
+    grid = _builtins.max(1, -(-n // (_FOLD_THREADS * _FOLD_ITEMS)))
+    b.launch(_ranks_fold_kernel(op, vt, world), ("ranks_fold", op, vt, world), grid, _FOLD_THREADS,
+             (sources, targets, np.int64(n)))
+
+
 def _ranks_fold_plan(key, *arrays):
-    """The Program of :func:`_p2p`'s kernel for these arrays (``key``: see there)."""
+    """The Program of :func:`_fold_ranks` for these arrays (``key``: see there)."""
     op, world, fields = key[0], key[1], key[2]
     b = _programs.Builder(arrays[-1].device_id, key[-1])
     placed = tuple(b.input(a) for a in arrays)
-    outs = placed[-fields:]
-    vt = ValueType.of(tuple(a.dtype for a in outs) if fields > 1 else outs[0].dtype)
-    n = outs[0].size
-    grid = _builtins.max(1, -(-n // (_FOLD_THREADS * _FOLD_ITEMS)))
-    b.launch(_ranks_fold_kernel(op, vt, world), ("ranks_fold", op, vt, world), grid, _FOLD_THREADS,
-             (placed[:-fields], outs, np.int64(n)))
+    _launch_ranks_fold(b, op, world, placed[:-fields], placed[-fields:])
     return b.build()
 
 

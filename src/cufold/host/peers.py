@@ -4,16 +4,17 @@
 Each rank of a ``torch.distributed`` group allocates :data:`SLOTS` buffers once (per group and
 device, grown by doubling), shares them, and maps every other rank's: on GPUs through CUDA IPC
 (``cuIpcGetMemHandle`` / ``cuIpcOpenMemHandle``: a copy, or a kernel, on one GPU then writes
-another GPU's memory over NVLink), under Numba's simulator through files in ``/dev/shm`` (the simulator's
-device memory is host memory, so the same algorithm runs, and is tested, between CPU
-processes).
+another GPU's memory over NVLink), under Numba's simulator through files in ``/dev/shm``
+(the simulator's device memory is host memory, so the same algorithm runs, and is tested,
+between CPU processes).
 
 A call uses the slots in turn: it copies its operand into every other rank's slot, then
 every rank waits for every other (:meth:`Staging.barrier`: a kernel of one warp that stores
-the call's number into every other rank's flags and waits until every other rank's number is in
-its own: stream-ordered, no host synchronisation, and no torch collective, whose host time is
-~46 us), then its kernel folds what its own slot received. A rank writes into a slot again only :data:`SLOTS` calls later, after a barrier that
-no rank passes before it has finished the kernel that read that slot.
+the call's number into every other rank's flags and waits until every other rank's number is
+in its own: stream-ordered, no host synchronisation, and no torch collective, whose host time
+is ~46 us), then its kernel folds what its own slot received. A rank writes into a slot again
+only :data:`SLOTS` calls later, after a barrier that no rank passes before it has finished the
+kernel that read that slot.
 
 Making or growing a group's staging is collective (every rank calls :func:`staging` with the
 same size, as every rank makes the same all-reduce call) and **synchronises the host** once,
@@ -35,13 +36,13 @@ write into other ranks' memory and then meet them, as distributed's small p2p ca
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import mmap
 import os
 import socket
 import uuid
-
-import functools
 
 import numpy as np
 from numba import config, cuda
@@ -422,7 +423,6 @@ def _zero_flags(memory, offset):
 
 def _on(device):
     """The CUDA device context of ``device`` for the driver calls (nothing in the simulator)."""
-    import contextlib
     if SIMULATOR or device.type != "cuda":
         return contextlib.nullcontext()
     import torch
