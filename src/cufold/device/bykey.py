@@ -38,8 +38,8 @@ name          how values meet their key's slot of ``out``
 ``adaptive``  ``runs2``, but a row with more than ``2 x RUNS_MAX`` of 64 run heads
               (keys that repeat, but not next to each other) groups by ``match_any``
               instead, each half of the row (32 consecutive elements) apart, as
-              ``warp`` does; a row of 64 heads too, where a half of distinct keys takes
-              plain updates after one vote (the default)
+              ``warp`` does; with hardware atomics a row of 64 heads too, where a half of
+              distinct keys takes plain updates after one vote (the default)
 ``table``     ``runs``, but those rows fold every element into a per-block shared hash
               table (multiplicative hash, CAS-claimed key, shared atomic on the value;
               no match_any), flushed with one update per key after each tile: keys that
@@ -54,12 +54,13 @@ lane 0 looks at the previous row's lane 31 through a rotating shuffle). All head
 ``table`` take runs for rows of at most ``RUNS_MAX`` (16) heads in 32 elements (sorted or
 grouped keys); with more, the keys repeat out of order, or not at all: ``adaptive`` groups
 the row's equal keys by ``match_any``, ``table`` merges what repeats within the tile.
-``adaptive`` asks ``match_any`` of rows of all heads too, and those whose halves hold
-distinct keys (one vote) take plain updates: shuffled keys of a power law (a graph's
+Where its updates are hardware atomics (``plus``; integer ``minimum``/``maximum``; bitwise
+operators), ``adaptive`` asks ``match_any`` of rows of all heads too, and those whose halves
+hold distinct keys (one vote) take plain updates: shuffled keys of a power law (a graph's
 in-degrees) repeat a few hot keys in most rows, never next to each other, and one hot key's
-updates serialise in L2 (H200, 4M keys into 200k, `tools/bykey_power_law.py`: 360 us with plain
-updates, 208 with ``warp``'s grouping, 553 ``atomic``; uniform keys 50-51 us either way). Seed 001's box (10^7
-values, 10^6 cells) then issues, per call: ordered keys 1.06 M updates (one per run of
+updates serialise in L2 (H200, 4M keys into 200k, ``tools/bykey_power_law.py``: 360 us
+with plain updates, 209 now; uniform keys 51 us either way). Seed 001's box (10^7 values,
+10^6 cells) issues, per call: ordered keys 1.06 M updates (one per run of
 10, and the runs split at span ends), shifted keys 4.7 M with ``adaptive``, as with
 ``warp``'s rows of 32 (8.8 M by runs, 3.0 M by ``table``: the particles a cell receives
 from its 8 neighbours meet within 2048 elements), random keys 10 M (nothing repeats within
@@ -733,9 +734,16 @@ def _runs2_body(spec, full):
     ``b`` (lane 0: the previous row's lane 31, one rotating shuffle), ``b`` against
     ``a``. A row of 64 heads (random keys) does plain updates; the others are reduced by
     runs, carried across rows as in ``runs``; ``adaptive``: only rows of at most ``2 x
-    runs_max`` heads, the others by ``match_any`` peers (``_match_pair``)."""
+    runs_max`` heads, the others by ``match_any`` peers (``_match_pair``), and where updates
+    are hardware atomics rows of 64 heads too (a half of distinct keys: plain updates)."""
     vt = spec.tile.vt
     matching = spec.algorithm == "adaptive"
+    # Rows of 64 heads meet by match_any only where updates are hardware atomics: a hot
+    # key's atomics serialise in L2. A compare-and-swap loop skips the updates that leave
+    # the word unchanged (a maximum's, mostly), and there the vote cost more than it saved
+    # (H200, float32 maxima of 4M keys into 200k: uniform 33.2 -> 40.9 us, shuffled power law
+    # 30.6 -> 36.5).
+    matching_heads = matching and spec.mode != "cas"
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
     lines += _span_loads([("%s%d" % (h, j), 64 * j + d) for j in range(vt) for h, d in (("a", 0), ("b", 1))])
     lines.append("    lane = cuda.laneid")
@@ -751,12 +759,15 @@ def _runs2_body(spec, full):
                   "    B%d = U32(cuda.ballot_sync(FULL, hb%d))" % (j, j),
                   "    H%d = U32(A%d | B%d)" % (j, j, j),
                   "    d%d = U32(A%d & B%d) == FULL" % (j, j, j)]
-        if matching:
+        if matching_heads:
             # rows of 64 heads too: keys that repeat, but never next to each other (a power
             # law's hot keys, shuffled), meet by match_any; a half of distinct keys takes
             # plain updates after one vote
             lines += ["    g%d = d%d or cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
                       "    r%d = not g%d" % (j, j)]
+        elif matching:
+            lines += ["    g%d = not d%d and cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
+                      "    r%d = not d%d and not g%d" % (j, j, j)]
         else:
             lines.append("    r%d = not d%d" % (j, j))
     # a run continues from row j into row j + 1: both reduced by runs, and row j + 1's
@@ -767,10 +778,13 @@ def _runs2_body(spec, full):
         lines += ["    if r%d:" % j,
                   "        carry = runs2(out, bits, ka%d, va%d, kb%d, vb%d, ha%d, hb%d, H%d, A%d, %s, c%d, carry)"
                   % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j)]
-        if matching:
+        if matching_heads:
             lines += ["    else:",
                       "        pair(out, bits, ka%d, va%d, kb%d, vb%d, d%d)" % (j, j, j, j, j)]
         else:
+            if matching:
+                lines += ["    elif g%d:" % j,
+                          "        pair(out, bits, ka%d, va%d, kb%d, vb%d, False)" % (j, j, j, j)]
             lines += ["    else:",
                       "        if oka%d:" % j,
                       "            update(out, bits, ka%d, va%d)" % (j, j),
