@@ -738,12 +738,13 @@ def _runs2_body(spec, full):
     are hardware atomics rows of 64 heads too (a half of distinct keys: plain updates)."""
     vt = spec.tile.vt
     matching = spec.algorithm == "adaptive"
-    # Rows of 64 heads meet by match_any only where updates are hardware atomics: a hot
-    # key's atomics serialise in L2. A compare-and-swap loop skips the updates that leave
-    # the word unchanged (a maximum's, mostly), and there the vote cost more than it saved
-    # (H200, float32 maxima of 4M keys into 200k: uniform 33.2 -> 40.9 us, shuffled power law
+    # Rows of 64 heads meet by match_any only where every update is a hardware atomic
+    # ("hw"): a hot key's atomics serialise in L2. A compare-and-swap loop, or a hardware
+    # atomic that reads the word first ("hw_first"), skips the updates that leave the word
+    # unchanged (a maximum's, mostly), and there the vote cost more than it saved (H200,
+    # float32 maxima of 4M keys into 200k: uniform 33.2 -> 40.9 us, shuffled power law
     # 30.6 -> 36.5).
-    matching_heads = matching and spec.mode != "cas"
+    matching_heads = matching and spec.mode == "hw"
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
     lines += _span_loads([("%s%d" % (h, j), 64 * j + d) for j in range(vt) for h, d in (("a", 0), ("b", 1))])
     lines.append("    lane = cuda.laneid")
