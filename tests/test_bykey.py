@@ -180,6 +180,25 @@ def test_row_schemes_forced(runs_max, monkeypatch, rng):
         BK.plan.cache_clear()
 
 
+@pytest.mark.parametrize("key_dtype", ["int32", "int64"])
+def test_rows_of_heads_that_repeat(key_dtype, rng):
+    """Keys unlike their neighbours that still repeat (a power law's hot keys, shuffled) and
+    rows of distinct keys, in one input: the default groups the first by match_any and gives
+    the others plain updates, row by row; values exact in float64, NaN as numpy.maximum.at."""
+    n = 64 * 2 * 4 * 3 + 37                      # three tiles of the simulator's 64 x 2, and a tail
+    hot = np.cumsum(1 + rng.integers(0, 6, n)) % 7             # no key equals its neighbour
+    spread = np.cumsum(1 + rng.integers(0, 1000, n)) % 50_000  # nor here, and few repeat at all
+    keys = np.where((np.arange(n) // 64) % 3 == 1, spread, hot).astype(key_dtype)
+    values = rng.integers(-1000, 1000, n).astype(np.float64)
+    values[rng.integers(0, n, 3)] = np.nan
+    m = 50_000
+    assert (keys[1:] != keys[:-1]).all()
+    for op, ufunc, init in UFUNCS[::2]:
+        out = np.full(m, init)
+        np.testing.assert_array_equal(run(keys, values, out, op), reference(ufunc, out, keys, values),
+                                      err_msg=op.name)
+
+
 @pytest.mark.parametrize("algorithm", AGGREGATING)
 def test_wide_index_path(algorithm, rng):
     """The int64 index path (``out`` longer than 2**31, too big to allocate here):

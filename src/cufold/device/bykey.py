@@ -38,7 +38,8 @@ name          how values meet their key's slot of ``out``
 ``adaptive``  ``runs2``, but a row with more than ``2 x RUNS_MAX`` of 64 run heads
               (keys that repeat, but not next to each other) groups by ``match_any``
               instead, each half of the row (32 consecutive elements) apart, as
-              ``warp`` does (the default)
+              ``warp`` does; with hardware atomics a row of 64 heads too, where a half of
+              distinct keys takes plain updates after one vote (the default)
 ``table``     ``runs``, but those rows fold every element into a per-block shared hash
               table (multiplicative hash, CAS-claimed key, shared atomic on the value;
               no match_any), flushed with one update per key after each tile: keys that
@@ -48,12 +49,18 @@ name          how values meet their key's slot of ``out``
 **The automatic choice is made inside the kernels, per row, with no host round
 trip.** Every row asks which elements start a run (key unlike the element before;
 lane 0 looks at the previous row's lane 31 through a rotating shuffle). All heads
-(random keys): plain atomics, nothing else (a warp-uniform branch). Otherwise
-(``runs``, ``runs2``): runs. ``adaptive`` (the default) and ``table`` take runs for rows
-of at most ``RUNS_MAX`` (16) heads in 32 elements (sorted or grouped keys); with more,
-the keys repeat out of order, or not at all: ``adaptive`` groups the row's equal keys by
-``match_any``, ``table`` merges what repeats within the tile. Seed 001's box (10^7
-values, 10^6 cells) then issues, per call: ordered keys 1.06 M updates (one per run of
+(random keys): plain atomics, nothing else (a warp-uniform branch), except in
+``adaptive``. Otherwise (``runs``, ``runs2``): runs. ``adaptive`` (the default) and
+``table`` take runs for rows of at most ``RUNS_MAX`` (16) heads in 32 elements (sorted or
+grouped keys); with more, the keys repeat out of order, or not at all: ``adaptive`` groups
+the row's equal keys by ``match_any``, ``table`` merges what repeats within the tile.
+Where its updates are hardware atomics (``plus``; integer ``minimum``/``maximum``; bitwise
+operators), ``adaptive`` asks ``match_any`` of rows of all heads too, and those whose halves
+hold distinct keys (one vote) take plain updates: shuffled keys of a power law (a graph's
+in-degrees) repeat a few hot keys in most rows, never next to each other, and one hot key's
+updates serialise in L2 (H200, 4M keys into 200k, ``tools/bykey_power_law.py``: 360 us
+with plain updates, 209 now; uniform keys 51 us either way). Seed 001's box (10^7 values,
+10^6 cells) issues, per call: ordered keys 1.06 M updates (one per run of
 10, and the runs split at span ends), shifted keys 4.7 M with ``adaptive``, as with
 ``warp``'s rows of 32 (8.8 M by runs, 3.0 M by ``table``: the particles a cell receives
 from its 8 neighbours meet within 2048 elements), random keys 10 M (nothing repeats within
@@ -388,23 +395,31 @@ def _peer_slot(spec, deliver, distinct_path=True):
     insert into the block's table). ``distinct_path``: a row of distinct keys (random
     keys) takes plain updates at once (a warp-uniform branch; one vote a row, a loss
     where rows were chosen for repeating keys: ``adaptive``'s match rows, 55.9 against
-    58.1 µs on seed 001's shifted keys). Lanes without a valid key (``ok`` False) hold
-    -1: they match no real key."""
+    58.1 µs on seed 001's shifted keys); ``"flag"``: the caller says per row, in one more
+    argument after ``ok``. Lanes without a valid key (``ok`` False) hold -1: they match no
+    real key."""
     find_peers = warp.peers(np.int64 if spec.wide else np.int32)
     group_total = warp.reduce_peers(spec.op, ValueType.of(spec.out_dt))
     update = _updater(spec.op, spec.out_dt, spec.mode, spec.wide)
 
     @cuda.jit(device=True)
-    def peer_slot(out, bits, idx, v, ok, *table):
+    def peer_slot_flagged(out, bits, idx, v, ok, distinct, *table):
         p = find_peers(idx)
         lane = cuda.laneid
-        if distinct_path and cuda.all_sync(FULL_MASK, p == (1 << lane)):
+        if distinct and cuda.all_sync(FULL_MASK, p == (1 << lane)):
             if ok:
                 update(out, bits, idx, v)
         else:
             s = group_total(p, v)
             if ok and cuda.ffs(p) - 1 == lane:
                 deliver(out, bits, idx, s, *table)
+
+    if distinct_path == "flag":
+        return peer_slot_flagged
+
+    @cuda.jit(device=True)
+    def peer_slot(out, bits, idx, v, ok, *table):
+        peer_slot_flagged(out, bits, idx, v, ok, distinct_path, *table)
 
     return peer_slot
 
@@ -668,7 +683,7 @@ def _runs2_part(spec):
 
 @functools.lru_cache(maxsize=None)
 def _match_pair(spec):
-    """Device function ``pair(out, bits, ka, va, kb, vb)``: a row of 64 (``runs2``'s
+    """Device function ``pair(out, bits, ka, va, kb, vb, distinct)``: a row of 64 (``runs2``'s
     layout, lane ``l`` holding elements ``2l`` and ``2l + 1``) by seed 001's
     aggregation, one half of the row at a time. One ``shfl_xor`` by 16 regroups the
     row so that each lane holds an element of the first 32 (``x``) and one of the last
@@ -678,16 +693,17 @@ def _match_pair(spec):
     one update per distinct key of 32 consecutive elements, as ``warp`` (the same
     ``_peer_slot``; interleaved halves, ``a`` apart from ``b``, would merge fewer: seed
     001's shifted keys, 6.1 M updates against 4.7 M). Keys ``< 0`` (bad, past ``n``)
-    update nothing."""
+    update nothing. ``distinct`` (rows of 64 heads, where most halves hold distinct keys):
+    a half of distinct keys takes plain updates after one vote (``_peer_slot``'s)."""
     it = np.int64 if spec.wide else np.int32
     vbits = _BITS[spec.out_dt.itemsize].type
     swap_key = ValueType.of(it).shuffle("xor")
     swap_value = ValueType.of(spec.out_dt).shuffle("xor")
-    half = _peer_slot(spec, _updater(spec.op, spec.out_dt, spec.mode, spec.wide), False)
+    half = _peer_slot(spec, _updater(spec.op, spec.out_dt, spec.mode, spec.wide), "flag")
     to_bits, to_value = _bit_casts(spec.out_dt)
 
     @cuda.jit(device=True)
-    def pair(out, bits, ka, va, kb, vb):
+    def pair(out, bits, ka, va, kb, vb, distinct):
         lane = cuda.laneid
         low = lane < 16
         kr = swap_key(FULL_MASK, kb if low else ka, 16)
@@ -704,8 +720,8 @@ def _match_pair(spec):
         ab, rb, bb = to_bits(va), to_bits(vr), to_bits(vb)
         vx = to_value(vbits((ab & ~vm) | (rb & vm)))
         vy = to_value(vbits((rb & ~vm) | (bb & vm)))
-        half(out, bits, kx, vx, kx >= 0)
-        half(out, bits, ky, vy, ky >= 0)
+        half(out, bits, kx, vx, kx >= 0, distinct)
+        half(out, bits, ky, vy, ky >= 0, distinct)
 
     return pair
 
@@ -718,9 +734,17 @@ def _runs2_body(spec, full):
     ``b`` (lane 0: the previous row's lane 31, one rotating shuffle), ``b`` against
     ``a``. A row of 64 heads (random keys) does plain updates; the others are reduced by
     runs, carried across rows as in ``runs``; ``adaptive``: only rows of at most ``2 x
-    runs_max`` heads, the others by ``match_any`` peers (``_match_pair``)."""
+    runs_max`` heads, the others by ``match_any`` peers (``_match_pair``), and where updates
+    are hardware atomics rows of 64 heads too (a half of distinct keys: plain updates)."""
     vt = spec.tile.vt
     matching = spec.algorithm == "adaptive"
+    # Rows of 64 heads meet by match_any only where every update is a hardware atomic
+    # ("hw"): a hot key's atomics serialise in L2. A compare-and-swap loop, or a hardware
+    # atomic that reads the word first ("hw_first"), skips the updates that leave the word
+    # unchanged (a maximum's, mostly), and there the vote cost more than it saved (H200,
+    # float32 maxima of 4M keys into 200k: uniform 33.2 -> 40.9 us, shuffled power law
+    # 30.6 -> 36.5).
+    matching_heads = matching and spec.mode == "hw"
     lines = ["def body(keys, values, out, bits, n, m, status, epoch, first):"]
     lines += _span_loads([("%s%d" % (h, j), 64 * j + d) for j in range(vt) for h, d in (("a", 0), ("b", 1))])
     lines.append("    lane = cuda.laneid")
@@ -736,7 +760,13 @@ def _runs2_body(spec, full):
                   "    B%d = U32(cuda.ballot_sync(FULL, hb%d))" % (j, j),
                   "    H%d = U32(A%d | B%d)" % (j, j, j),
                   "    d%d = U32(A%d & B%d) == FULL" % (j, j, j)]
-        if matching:
+        if matching_heads:
+            # rows of 64 heads too: keys that repeat, but never next to each other (a power
+            # law's hot keys, shuffled), meet by match_any; a half of distinct keys takes
+            # plain updates after one vote
+            lines += ["    g%d = d%d or cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
+                      "    r%d = not g%d" % (j, j)]
+        elif matching:
             lines += ["    g%d = not d%d and cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
                       "    r%d = not d%d and not g%d" % (j, j, j)]
         else:
@@ -749,14 +779,18 @@ def _runs2_body(spec, full):
         lines += ["    if r%d:" % j,
                   "        carry = runs2(out, bits, ka%d, va%d, kb%d, vb%d, ha%d, hb%d, H%d, A%d, %s, c%d, carry)"
                   % (j, j, j, j, j, j, j, j, "False" if j == 0 else "c%d" % (j - 1), j)]
-        if matching:
-            lines += ["    elif g%d:" % j,
-                      "        pair(out, bits, ka%d, va%d, kb%d, vb%d)" % (j, j, j, j)]
-        lines += ["    else:",
-                  "        if oka%d:" % j,
-                  "            update(out, bits, ka%d, va%d)" % (j, j),
-                  "        if okb%d:" % j,
-                  "            update(out, bits, kb%d, vb%d)" % (j, j)]
+        if matching_heads:
+            lines += ["    else:",
+                      "        pair(out, bits, ka%d, va%d, kb%d, vb%d, d%d)" % (j, j, j, j, j)]
+        else:
+            if matching:
+                lines += ["    elif g%d:" % j,
+                          "        pair(out, bits, ka%d, va%d, kb%d, vb%d, False)" % (j, j, j, j)]
+            lines += ["    else:",
+                      "        if oka%d:" % j,
+                      "            update(out, bits, ka%d, va%d)" % (j, j),
+                      "        if okb%d:" % j,
+                      "            update(out, bits, kb%d, vb%d)" % (j, j)]
     env = {"load": _loader(spec.key_dt, spec.val_dt, spec.out_dt, spec.wide, full, spec.tile.hint,
                            spec.val_source, spec.transform),
            "record": _record, "T": spec.out_dt.type, "FULL": np.uint32(FULL_MASK), "U32": np.uint32,
