@@ -933,6 +933,24 @@ def test_tile_folds_compile_once():
     assert folds >= 9 and twice == []
 
 
+def test_reduce_kernel_compiles_without_lto(monkeypatch):
+    """The reduce kernel asks ``cuda.jit`` for no link-time optimisation (a user's operator
+    compiles a third faster, the kernel runs the same), keeping its other options; the
+    rest keep Numba's default. ``CUFOLD_LTO=0|1`` overrides every kernel's choice."""
+    f32 = cufold.ValueType.of(np.float32)
+    for transform in (None, cufold.ops.as_transform(lambda v: v * v)):
+        spec = reduce_mod.Spec(cufold.plus, f32, f32, f32, "value", "value", 0, reduce_mod.Tile(128, 32),
+                               "last_block", "warp", False, False, transform=transform)
+        options = reduce_mod.reduce_kernel(spec).jit_options
+        assert options["lto"] is False and ("launch_bounds" in options) == (transform is not None)
+    monkeypatch.setattr(launch_mod, "SIMULATOR", False)
+    for forced, want in (("0", False), ("1", True)):
+        monkeypatch.setenv("CUFOLD_LTO", forced)
+        assert launch_mod._with_lto_override({"lto": not want, "fastmath": True}) == {"lto": want, "fastmath": True}
+    monkeypatch.delenv("CUFOLD_LTO")
+    assert launch_mod._with_lto_override({"fastmath": True}) == {"fastmath": True}
+
+
 # --- 8-byte loads of 4-byte items ------------------------------------------------------------
 
 # Simulator: a whole tile (even), one item past it (a tile holding only the odd last item),
@@ -987,7 +1005,7 @@ def _vts(dtype):
 def test_wide_loads_can_be_turned_off(monkeypatch):
     """CUFOLD_WIDE_LOADS=0 (read at import) is the module's WIDE_LOADS: plans then have no wide twin."""
     from cufold.values import ValueType
-    f32 = ValueType.of(np.float32)
+    f32 = cufold.ValueType.of(np.float32)
     monkeypatch.setattr(reduce_mod, "WIDE_LOADS", False)
     reduce_mod._plan.cache_clear()
     try:

@@ -40,6 +40,8 @@ made again and again with a new input and output: only their fields are written)
 (``CUFOLD_CACHE_DIR``; ``CUFOLD_CACHE=0`` disables the disk cache),
 ``library_disk_key(key)`` (the disk-cache text of a cufold kernel, with a
 user's operator where its fingerprint pins it down; on unless ``CUFOLD_CACHE=0``).
+``CUFOLD_LTO=0|1``: link-time optimisation off or on for every kernel (each kernel's
+factory chooses otherwise, through its ``jit_options``).
 
 Measured on an H200 (tools/gpu_launch_smoke.py, since removed; median of 2000 calls):
 cuda.bindings' cuLaunchKernel 3.0 us, ctypes' 3.9 us; ``Kernel.launch`` with
@@ -720,7 +722,7 @@ class Kernel:
             with self._setup_lock:
                 d = self._dispatcher
                 if d is None:
-                    d = cuda.jit(self.signature, **self.jit_options)(self.py_func)
+                    d = cuda.jit(self.signature, **_with_lto_override(self.jit_options))(self.py_func)
                     self._dispatcher = d
         return d
 
@@ -1237,6 +1239,16 @@ def kernel_for(fn, key, args):
         sig = tuple(_nbtype(a) for a in args)
         kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k), **jit_options_of(fn))
     return kernel
+
+
+def _with_lto_override(options):
+    """``options`` with ``CUFOLD_LTO=0|1`` applied: link-time optimisation off or on for
+    every kernel (to measure it; each kernel's own choice otherwise). The disk key holds the
+    setting, as it holds every ``CUFOLD_*`` variable."""
+    forced = os.environ.get("CUFOLD_LTO")
+    if SIMULATOR or forced not in ("0", "1"):
+        return options
+    return dict(options, lto=forced == "1")
 
 
 def jit_options_of(fn):
