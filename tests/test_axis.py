@@ -88,6 +88,28 @@ def test_mean_of_thin_rows_in_float32(rng, row):
     assert (np.abs(got - exact) <= bound).all(), np.max(np.abs(got - exact) / bound)
 
 
+@pytest.mark.parametrize("row", [1, 2, 3, 4])
+def test_thin_rows_two_at_a_time(rng, row, monkeypatch):
+    """Rows of a few items, a thread a row, folded two rows at a time (``THIN_ROW_PAIRS``):
+    threads with three rows (a pair, then one alone) and with two, rows cut from wider
+    ones, two kept dimensions, NaN and ties, every reduction and an ``init``."""
+    monkeypatch.setattr(axis_mod, "THIN_ROW_PAIRS", True)
+    lim = axis_mod.Limits(64, 256, 2, 8, 1, 1)          # a grid of 32 blocks of 64 on any device
+    monkeypatch.setattr(axis_mod, "limits", lambda device_id: lim)
+    x = rng.integers(0, 5, (7, 601, row + 2)).astype(np.float32)
+    x[3, 100, row - 1] = np.nan
+    dv, xv = cuda.to_device(x)[:, :, :row], x[:, :, :row]
+    layout = axis_mod.plan_layout(xv.shape, tuple(s // 4 for s in xv.strides), (2,), True)
+    s = axis_mod.schedule(layout, lim)
+    assert (s.kernel, s.group, s.split) == ("rows", 1, 1) and 2 * s.grid * s.nt < 7 * 601 < 3 * s.grid * s.nt
+    with np.errstate(invalid="ignore"):
+        for name in ("sum", "max", "min", "argmax", "argmin"):
+            np.testing.assert_array_equal(host(getattr(cufold, name)(dv, axis=2)), getattr(xv, name)(axis=2))
+        np.testing.assert_allclose(host(cufold.mean(dv, axis=-1)), xv.astype(np.float64).mean(axis=2), rtol=1e-6)
+        got = cufold.reduce(dv, cufold.plus, axis=2, init=np.float32(10))
+        np.testing.assert_array_equal(host(got), xv.sum(axis=2) + 10)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_min_max_nan_along_axes(rng, dtype):
     """NaN propagates through max/min along every axis and layout (rows, columns, full

@@ -104,6 +104,9 @@ MIN_BLOCKS = 4
 #: float32 along axis 1: mean 40 -> 32 registers (a 16-byte spill outside the loops), argmax
 #: 38 -> 26, sum and max 32 either way; mean_var's three fields would spill inside the loop.
 THIN_ROW_BLOCKS = 8
+#: A thread a row folds two of its rows at once (``CUFOLD_THIN_ROW_PAIRS=1``): both rows'
+#: loads issue before either row's fold, twice the bytes in flight a thread.
+THIN_ROW_PAIRS = os.environ.get("CUFOLD_THIN_ROW_PAIRS", "0") == "1"
 
 
 def normalize_axis(axis, ndim):
@@ -753,7 +756,7 @@ def _threads_with_items(count, threads, strided):
 # --- the kernels ----------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, walk="items"):
+def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, walk="items", pairs=False):
     """Groups of ``group`` threads (1..32 lanes, or ``nt``: the block) reduce one
     (output, chunk) each; ``split`` > 1: outputs are split in chunks whose
     partials the last group to arrive folds.
@@ -763,7 +766,8 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
     outs, init, has_init); ``inner``: (length, stride, index stride, index origin, pair
     step) of the innermost reduced dimension (see :func:`_thread_fold`); ``init``: the value
     folded in front where ``has_init``, else the projection's per-launch value (1 / the count
-    of a ``"sum_mean"``); ``walk``: see :func:`_thread_fold`."""
+    of a ``"sum_mean"``); ``walk``: see :func:`_thread_fold`; ``pairs`` (group 1, no split): a
+    thread folds two of its outputs at once (:data:`THIN_ROW_PAIRS`)."""
     start, _, finish = _reduce_mod._protocol(spec)
     acc_vt = spec.acc_vt
     combine = spec.op.combine(acc_vt)
@@ -785,6 +789,23 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
     else:
         group_reduce = _alone
     groups_per_block = nt // group
+    two_rows = pairs and group == 1 and not split
+
+    @cuda.jit(device=True, inline="always")
+    def whole_row(xs, src, origin, m, keep_shape, keep_in, keep_out, k_count, inner, outer_shape,
+                  outer_strides, outer_index_strides):
+        # (output offset, total) of output m, folded by this thread alone (group 1, no split)
+        in_off, out_off = keep_at(m, keep_shape, keep_in, keep_out)
+        state = start(load(xs, 0), k_count * 0)
+        state, have = fold(state, np.bool_(False), src, origin + in_off, k_count * 0, k_count, k_count * 0 + 1,
+                           inner, outer_shape, outer_strides, outer_index_strides)
+        return out_off, finish(state)
+
+    @cuda.jit(device=True, inline="always")
+    def store_total(outs, out_off, total, init, has_init):
+        if has_init:
+            total = combine(init, total)
+        store_out(outs, out_off, project(total, init))
 
     @cuda.jit(device=True, inline="always")
     def reduce_group(value, valid):
@@ -813,6 +834,17 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
         # Sub-warp groups in one warp may run different counts of items; a whole warp
         # (or block) always runs its items together.
         while w < work:
+            if two_rows and w + groups < work:
+                # two of this thread's rows at once: the second's loads need not wait for
+                # the first's fold (a row of a few items is one batch of loads)
+                out_a, total_a = whole_row(xs, src, origin, w, keep_shape, keep_in, keep_out, k_count, inner,
+                                           outer_shape, outer_strides, outer_index_strides)
+                out_b, total_b = whole_row(xs, src, origin, w + groups, keep_shape, keep_in, keep_out, k_count,
+                                           inner, outer_shape, outer_strides, outer_index_strides)
+                store_total(outs, out_a, total_a, init, has_init)
+                store_total(outs, out_b, total_b, init, has_init)
+                w += 2 * groups
+                continue
             if split:
                 m = w // splits
                 c = w - m * splits
@@ -830,9 +862,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
             total = reduce_group(finish(state), _threads_with_items(k1 - k0, group, strided))
             if not split:
                 if t == 0:
-                    if has_init:
-                        total = combine(init, total)
-                    store_out(outs, out_off, project(total, init))
+                    store_total(outs, out_off, total, init, has_init)
             else:
                 last = 0
                 if t == 0:
@@ -848,9 +878,7 @@ def rows_kernel(spec, group, nt, nd_keep, nd_outer, split, unroll=UNROLL_SMALL, 
                     mine = fold_partials(partials, lo_p, hi_p, total)
                     total = reduce_group(mine, (splits + per - 1) // per)
                     if t == 0:
-                        if has_init:
-                            total = combine(init, total)
-                        store_out(outs, out_off, project(total, init))
+                        store_total(outs, out_off, total, init, has_init)
                         counters[m] = 0           # ready for the next launch on this stream
             w += groups
 
@@ -1211,8 +1239,9 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         if sched.kernel == "rows":
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.group, 1)))
             walk = walk_of(length, sched.group if op.commutative else 1, nd_outer)
-            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk)
-            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk)
+            pairs = THIN_ROW_PAIRS and sched.group == 1 and not split
+            kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk, pairs)
+            key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk, pairs)
         elif sched.kernel == "transposed":
             unroll = unroll_of(spec, k_count)
             kernel = transposed_kernel(spec, sched.nt, sched.tx, sched.tb, len(keep_dims), nd_outer, unroll)
