@@ -104,10 +104,6 @@ MIN_BLOCKS = 4
 #: float32 along axis 1: mean 40 -> 32 registers (a 16-byte spill outside the loops), argmax
 #: 38 -> 26, sum and max 32 either way; mean_var's three fields would spill inside the loop.
 THIN_ROW_BLOCKS = 8
-#: Loads ahead in the rows kernel's line walks (``"rows"``, ``"lattice"``: the full
-#: reductions of views that do not collapse), where set (``CUFOLD_WALK_UNROLL``, to measure);
-#: :func:`unroll_of`'s count otherwise.
-WALK_UNROLL = int(os.environ.get("CUFOLD_WALK_UNROLL", "0"))
 #: A thread a row folds two of its rows at once (``CUFOLD_THIN_ROW_PAIRS=0``: one): both rows'
 #: loads issue before either row's fold, twice the bytes in flight a thread. H200, z = (2^24, 4)
 #: float32 along axis 1, two runs: max 90.1/90.9 -> 89.5/89.0 us (0.89-0.90 -> 0.90-0.91 of
@@ -1246,8 +1242,6 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         if sched.kernel == "rows":
             unroll = unroll_of(spec, -(-sched.chunk // max(sched.group, 1)))
             walk = walk_of(length, sched.group if op.commutative else 1, nd_outer)
-            if WALK_UNROLL and walk != "items":
-                unroll = max(2, min(WALK_UNROLL, -(-sched.chunk // max(sched.group, 1))))
             pairs = THIN_ROW_PAIRS and sched.group == 1 and not split
             kernel = rows_kernel(spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk, pairs)
             key = ("axis_rows", spec, sched.group, sched.nt, len(keep_dims), nd_outer, split, unroll, walk, pairs)
