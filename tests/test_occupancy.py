@@ -71,7 +71,8 @@ def test_split_axis_reduction_is_one_round(rng, few_slots, slots):
             launched = [(g, key) for k, g, key in grids if k == kind]
             assert launched, (name, grids)
             grid, key = launched[0]
-            split = key[-3]     # (keys end: rows split, unroll, walk; columns split, per, unroll)
+            # (keys end: rows split, unroll, walk, pairs; columns split, per, unroll)
+            split = key[-4] if kind == "axis_rows" else key[-3]
             # split only as far as one round holds (more tiles than slots: no split at all)
             assert grid <= slots[0] * slots[1] or not split, (name, grids)
     assert to_host(cufold.sum(d)) == pytest.approx(x.astype(np.float64).sum(), rel=1e-4, abs=1e-3)
