@@ -764,8 +764,7 @@ def _runs2_body(spec, full):
             # rows of 64 heads too: keys that repeat, but never next to each other (a power
             # law's hot keys, shuffled), meet by match_any; a half of distinct keys takes
             # plain updates after one vote
-            lines += ["    g%d = d%d or cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
-                      "    r%d = not g%d" % (j, j)]
+            lines.append("    r%d = not (d%d or cuda.popc(A%d) + cuda.popc(B%d) > RUNS2)" % (j, j, j, j))
         elif matching:
             lines += ["    g%d = not d%d and cuda.popc(A%d) + cuda.popc(B%d) > RUNS2" % (j, j, j, j),
                       "    r%d = not d%d and not g%d" % (j, j, j)]
