@@ -214,6 +214,28 @@ def main():
           % (len(kernels), [k.loaded_from_disk for k in kernels], os.environ["CUFOLD_CACHE_DIR"]))
     if GPU:
         print("result", got)
+    print("threads of this process, CPU s (user + system; the stages' CPU column counts them all):")
+    for name, cpu in thread_cpu():
+        print("  %-24s %7.3f" % (name, cpu))
+    with open("/proc/self/maps") as f:
+        pools = sorted({line.split()[-1] for line in f if any(s in line for s in ("omp", "tbb", "blas"))})
+    print("thread-pool libraries loaded:", ", ".join(pools) or "none")
+
+
+def thread_cpu():
+    """``[(name, CPU seconds)]`` of this process's threads, most first (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    rows = []
+    for task in glob.glob("/proc/self/task/*"):
+        try:
+            with open(task + "/comm") as f:
+                name = f.read().strip()
+            with open(task + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        rows.append(("%s [%s]" % (name, os.path.basename(task)), (int(fields[11]) + int(fields[12])) / tick))
+    return sorted(rows, key=lambda r: -r[1])
 
 
 if __name__ == "__main__":

@@ -347,21 +347,30 @@ def _fold_tile(spec):
     # (argmin/argmax take the rising update here, Spec.rising: their tiles' items come in
     # index order. Before it, folding a tile as a tree of combines gained 2%, H200.)
     lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
-    lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1, vt)]
+    # two items a call site (each costs Numba's typing; see _update_if)
+    lines += ["    state = update_two(state, x%d, first + %d, x%d, first + %d)" % (k, k * step, k + 1, (k + 1) * step)
+              for k in range(1, vt - 1, 2)]
+    lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1 + (vt - 1) // 2 * 2, vt)]
     lines += ["    return state"]
-    env = {"load": load, "start": start, "update": update}
+    env = {"load": load, "start": start, "update": update, "update_two": _codegen.build(
+        "def update_two(state, x, i, y, j):\n    return update(update(state, x, i), y, j)\n", "update_two",
+        {"update": update})}
     fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
     # Indices grow with k: item k is in range only if item 0 is, so only item 0 needs
     # `have` (one start call site, not VT: a fifth of a first call's compile, and fewer branches).
     lines = ["def fold_part(state, have, xs, first, n):", "    last = n - 1"]
-    lines += ["    x%d = load(xs, min(first + %d, last))" % (k, k * step) for k in range(vt)]
+    lines += ["    x%d = load_upto(xs, first + %d, last)" % (k, k * step) for k in range(vt)]
     lines += ["    if first < n:",
               "        state = update(state, x0, first) if have else start(x0, first)",
               "        have = True"]
-    for k in range(1, vt):
-        i = "first + %d" % (k * step)
-        lines += ["    if %s < n:" % i, "        state = update(state, x%d, %s)" % (k, i)]
+    # One call an item of a small guarded update, not a branch an item: Numba's passes
+    # cost grows with the blocks of a function (a cold first call's compile), and NVVM
+    # inlines it back into the same code.
+    lines += ["    state = update_if(state, x%d, first + %d, n)" % (k, k * step) for k in range(1, vt)]
     lines += ["    return state, have"]
+    env["update_if"] = _update_if(update)
+    env["load_upto"] = _codegen.build("def load_upto(xs, i, last):\n    return load(xs, min(i, last))\n", "load_upto",
+                                      {"load": load})
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
 
     @cuda.jit(device=True)
@@ -372,6 +381,13 @@ def _fold_tile(spec):
         return fold_part(state, have, xs, first, n)
 
     return fold_tile
+
+
+def _update_if(update):
+    """Device function ``(state, x, i, n) -> state``: ``update(state, x, i)`` where
+    ``i < n``, else ``state`` (a partial tile's item past the end)."""
+    return _codegen.build("def update_if(state, x, i, n):\n    if i < n:\n        return update(state, x, i)\n"
+                          "    return state\n", "update_if", {"update": update})
 
 
 def _pairs_fold_tile(fold_full, fold_part, nvp):
@@ -412,31 +428,33 @@ def _fold_tile_wide(spec):
         "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
         {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
     split = "    lo%d, hi%d = halves(p%d)"
+    # A device function folds a pair (one call site a pair, not three: see _update_if).
+    env["pair_in"] = _codegen.build(
+        "def pair_in(state, p, j):\n    lo, hi = halves(p)\n    return update(update(state, lo, 2 * j), hi, 2 * j + 1)\n",
+        "pair_in", {"update": update, "halves": env["halves"]})
     lines = ["def fold_full(state, have, pairs, first):"]
     lines += ["    p%d = get(pairs, first + %d)" % (k, k * nt) for k in range(half)]
-    for k in range(half):
-        lines += [split % (k, k, k)]
-        i = "2 * (first + %d)" % (k * nt)
-        lines += ["    state = update(state, lo0, %s) if have else start(lo0, %s)" % (i, i) if k == 0 else
-                  "    state = update(state, lo%d, %s)" % (k, i)]
-        lines += ["    state = update(state, hi%d, %s + 1)" % (k, i)]
+    lines += [split % (0, 0, 0),
+              "    state = update(state, lo0, 2 * first) if have else start(lo0, 2 * first)",
+              "    state = update(state, hi0, 2 * first + 1)"]
+    lines += ["    state = pair_in(state, p%d, first + %d)" % (k, k * nt) for k in range(1, half)]
     lines += ["    return state"]
     fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
     # the partial tile: every load issued (past the end: the last pair, not combined)
     # (as in _fold_tile: only pair 0 needs `have`)
     lines = ["def fold_part(state, have, pairs, first, n):", "    last = n - 1"]
     lines += ["    p%d = get(pairs, min(first + %d, last))" % (k, k * nt) for k in range(half)]
-    for k in range(half):
-        i = "2 * (first + %d)" % (k * nt)
-        lines += ["    if first + %d < n:" % (k * nt)]
-        lines += ["    " + split % (k, k, k)]
-        if k == 0:
-            lines += ["        state = update(state, lo0, %s) if have else start(lo0, %s)" % (i, i),
-                      "        have = True"]
-        else:
-            lines += ["        state = update(state, lo%d, %s)" % (k, i)]
-        lines += ["        state = update(state, hi%d, %s + 1)" % (k, i)]
+    lines += ["    if first < n:", "    " + split % (0, 0, 0),
+              "        state = update(state, lo0, 2 * first) if have else start(lo0, 2 * first)",
+              "        state = update(state, hi0, 2 * first + 1)",
+              "        have = True"]
+    # (a call a pair, not a branch: see _update_if)
+    lines += ["    state = pair_if(state, p%d, first + %d, n)" % (k, k * nt) for k in range(1, half)]
     lines += ["    return state, have"]
+    env["pair_if"] = _codegen.build(
+        "def pair_if(state, p, j, n):\n    if j < n:\n        lo, hi = halves(p)\n"
+        "        return update(update(state, lo, 2 * j), hi, 2 * j + 1)\n    return state\n",
+        "pair_if", {"update": update, "halves": env["halves"]})
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
     return _pairs_fold_tile(fold_full, fold_part, nt * half)
 
@@ -511,9 +529,12 @@ def _fold_range(op, vt):
     lines = ["def fold_range(arrays, lo, hi):", "    last = hi - 1"]
     lines += ["    x%d = load(arrays, min(lo + %d, last))" % (i, i) for i in range(k)]
     lines += ["    acc = x0"]
-    lines += ["    if lo + %d < hi:\n        acc = combine(acc, x%d)" % (i, i) for i in range(1, k)]
+    lines += ["    acc = combine_if(acc, x%d, lo + %d, hi)" % (i, i) for i in range(1, k)]
     lines += ["    return acc"]
-    return _codegen.build("\n".join(lines) + "\n", "fold_range", {"load": vt.load, "combine": op.combine(vt)})
+    combine = op.combine(vt)
+    combine_if = _codegen.build("def combine_if(acc, x, i, hi):\n    if i < hi:\n        return combine(acc, x)\n"
+                                "    return acc\n", "combine_if", {"combine": combine})
+    return _codegen.build("\n".join(lines) + "\n", "fold_range", {"load": vt.load, "combine_if": combine_if})
 
 
 @functools.lru_cache(maxsize=None)

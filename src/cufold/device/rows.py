@@ -84,6 +84,12 @@ FULL_MASK = 0xFFFFFFFF
 #: Rows per span, the rows one group of ``P`` lanes owns (GPU; the simulator's spans are
 #: short so that tests cross many).
 SPAN_ROWS = 128
+#: Rows per span of the piece levels (``ordered``): a level leaves 2 pieces a span, so it
+#: shrinks the pieces by ``LEVEL_ROWS / 2``. Short spans keep the levels wide: at 128 rows a
+#: span, level 1 of E = 4M rows had 489 spans (one warp each, 32 batches of loads one after
+#: another) and level 2 had 8; the levels took 294 of 992 us at F = 64 and 562 of 2772 at
+#: F = 256 (ncu, H200, shuffled power-law keys, deterministic=True).
+LEVEL_ROWS = 4 if SIMULATOR else 16
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
 #: Steps whose loads are issued together for rows of < 32 features (``CUFOLD_ROWS_UNROLL``):
@@ -542,7 +548,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
         bufs = [(ws.view(np.int64, (1,), offset), ws.view(acc, (1,), offset + 256))]
     else:
         c0 = 2 * spans
-        c1 = 2 * max(1, -(-c0 // rows))
+        c1 = 2 * max(1, -(-c0 // LEVEL_ROWS))
         _, ws = _launch.workspace(b.device_id, b.stream, offset + pieces_of(c0) + pieces_of(c1))
         bufs = []
         for count in (c0, c1):
@@ -556,12 +562,13 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
     if spec.mode == "atomic":
         return
     level_spec = spec._replace(source="keys", key_dt=np.dtype(np.int64), in_dt=acc, gather=False, check=False,
-                               transform=None)
+                               transform=None, steps=LEVEL_ROWS)
+    assert LEVEL_ROWS % level_spec.unroll == 0
     level = 0
     while spans > 1:
         count = 2 * spans
         src_k, src_v = bufs[level % 2]
-        spans = -(-count // rows)
+        spans = -(-count // LEVEL_ROWS)
         pk, pv = bufs[(level + 1) % 2]
         b.launch(rows_kernel(level_spec), ("rows", level_spec), (-(-spans // (groups * warps)), chunks), 32 * warps,
                  (src_k, src_k, src_v, F64, np.int64(1), np.int64(0), np.int64(count), m64, F64, oflat, bits,
