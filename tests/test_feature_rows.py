@@ -165,6 +165,35 @@ def test_into_bad_keys(rng, F):
                                   to_device(np.zeros((M, F))), deterministic=True)
 
 
+@pytest.mark.parametrize("F", [8, 33])
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "sorted_bad", "shuffled_bad"])
+def test_into_adaptive(rng, F, order):
+    """The default's two paths chosen on the GPU (rows.ADAPTIVE_MIN_*: a compare-and-swap
+    operator, or a table larger than L2): atomic runs where the keys are sorted, grouped
+    first where not; the results, and a bad key reported once, either way."""
+    # (F = 33: the sums' float32 table is larger than L2 here (16 KiB in the simulator, 50-60
+    # MiB on an H100/H200), so both operators go either way; F = 8: the maxima (in the
+    # simulator; on a GPU 8 features take the atomic path alone)
+    n, m = (N, 160) if SIMULATOR else (70_000, 520_000)
+    keys = power_keys(rng, n, m, shuffled=order.startswith("shuffled"))
+    if order.endswith("bad"):
+        keys[n // 2] = m + 5
+    values = rng.standard_normal((n, F)).astype(np.float32)
+    start = rng.standard_normal((m, F)).astype(np.float32)
+    ok = keys < m
+    for op, ufunc in ((cufold.plus, np.add), (cufold.maximum, np.maximum)):
+        if order.endswith("bad"):
+            with pytest.raises(IndexError, match="key %d at position %d" % (m + 5, n // 2)):
+                cufold.reduce_by_key_into(to_device(keys), to_device(values), to_device(start), op)
+        out = to_device(start)
+        cufold.reduce_by_key_into(to_device(keys), to_device(values), out, op, check=False)
+        want = add_at_rows(start, keys[ok], values[ok], ufunc)
+        if op is cufold.plus:
+            np.testing.assert_allclose(to_host(out), want, rtol=1e-5, atol=1e-4)
+        else:
+            np.testing.assert_array_equal(to_host(out), want.astype(np.float32))
+
+
 def test_bad_shapes():
     k, v2, o2 = to_device(np.zeros(4, np.int32)), to_device(np.zeros((4, 3))), to_device(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="cufold: values have 3 features per row .* but out has 2"):

@@ -42,7 +42,7 @@ def _view(dtype, shape):
 
 
 class _Status:
-    kernel = (scan_ptx._arr(np.int64, 2), scan_ptx._arr(np.int64, 1))
+    kernel = (scan_ptx._arr(np.int64, (2,)), scan_ptx._arr(np.int64, (1,)))
     epoch = 0
 
 
@@ -56,14 +56,14 @@ def kernels(case):
     F = int(F)
     op = getattr(cufold, opname)
     vals, out = _view(np.float32, (E, F)), _view(np.float32, (N, F))
-    keys = scan_ptx._arr(np.int64, E)
+    keys = scan_ptx._arr(np.int64, (E,))
     del scan_ptx.launched[:]
     sig = P.signature
     if what in ("into", "det"):
         ROWS._plan_into(("rows", op, None, what == "det", False, sig(keys), sig(vals), sig(out), 0, None),
                         keys, vals, out)
     elif what == "segments":
-        offsets = scan_ptx._arr(np.int64, N + 1)
+        offsets = scan_ptx._arr(np.int64, (N + 1,))
         ROWS._plan_segments((sig(vals), sig(offsets), 0, op, None, None, False, None), vals, offsets)
     else:
         raise SystemExit("unknown case %r" % case)

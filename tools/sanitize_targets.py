@@ -163,6 +163,16 @@ for det in (False, True):
     want_rows = np.zeros((500, 33))
     np.add.at(want_rows, fk, fv)
     check("feature rows by key deterministic=%s" % det, fo.copy_to_host(), want_rows, exact=False)
+# the default's adaptive feature rows (a float maximum, 2^16+ rows: the GPU picks atomic runs
+# for sorted keys, grouped rows for shuffled ones; the other path's kernels return at once)
+ak = np.sort(rng.integers(0, 500, 70000)).astype(np.int64)
+av = rng.normal(size=(70000, 32)).astype(np.float32)
+for order, keys_a in (("sorted", ak), ("shuffled", rng.permutation(ak))):
+    ao = cuda.to_device(np.full((500, 32), -np.inf, np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(keys_a), cuda.to_device(av), ao, cufold.maximum)
+    want_max = np.full((500, 32), -np.inf)
+    np.maximum.at(want_max, keys_a, av)
+    check("feature rows adaptive maximum, %s keys" % order, ao.copy_to_host(), want_max)
 foff = np.array([0, 5, 5, 9000, 20000], np.int64)
 check("feature rows segmented", cufold.segmented_reduce(cuda.to_device(fv), cuda.to_device(foff)).copy_to_host(),
       np.stack([fv[a:b].astype(np.float64).sum(axis=0) for a, b in zip(foff[:-1], foff[1:])]), exact=False)

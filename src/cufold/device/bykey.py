@@ -1460,7 +1460,12 @@ def reduce_by_key_into(keys, values, out, op=plus, *, algorithm=None, determinis
         or a tuple of such arrays, one per field of a tuple value; or feature rows: a 2-D
         array ``(n, F)`` (any strides) with ``out`` of shape ``(m, F)``, each row reduced
         into ``out[keys[i], :]`` (``cufold.device.rows``: a warp's lanes over a row's
-        features, one update per feature per run of equal keys; F = 1 runs the 1-D paths)
+        features, one update per feature per run of equal keys; F = 1 runs the 1-D paths).
+        From 32 features and 2^16 rows on, where an update costs a compare-and-swap loop
+        (float maxima) or ``out`` is larger than the L2 cache, a kernel looks whether the
+        keys are sorted: sorted, the runs update ``out`` atomically; not, the rows are
+        grouped by key first (a radix sort of the keys) and each key's rows folded and
+        written once. The choice is made on the GPU (no synchronisation)
     out : 1-D CUDA array of int32, uint32, int64, uint64, float32 or float64; or a tuple
         of equally long 1-D arrays, one per field of the operator's value (each must hold
         its value field under NumPy's ``safe`` rule; ``argmin``/``argmax`` into an

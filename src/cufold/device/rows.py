@@ -47,6 +47,9 @@ call                            kernels
 ==============================  =================================================================
 ``reduce_by_key_into``, F = 1   the 1-D algorithms (``cufold.device.bykey``) on the column views
 ``reduce_by_key_into``          ``atomic`` rows over the keys (any key order; ``check`` as 1-D)
+``... F >= 32, n >= 2^16,``     adaptive, on the GPU: a kernel flags keys that are not sorted;
+``a CAS operator or out > L2``  flagged, the ``deterministic=True`` kernels below run and the
+                                atomic ones return at once; not flagged, the other way round
 ``... deterministic=True``      floats: a stable radix grouping of ``(keys, row index)``
 (or a non-commutative op)       (``cufold.device.radix``), then ``ordered`` rows gathering rows
                                 by index, folded into ``out`` (``out[id] = op(out[id], total)``)
@@ -90,6 +93,10 @@ SPAN_ROWS = 128
 #: another) and level 2 had 8; the levels took 294 of 992 us at F = 64 and 562 of 2772 at
 #: F = 256 (ncu, H200, shuffled power-law keys, deterministic=True).
 LEVEL_ROWS = 4 if SIMULATOR else 16
+#: ``reduce_by_key_into``'s default takes the adaptive path (grouped where the keys are not
+#: sorted, see ``_plan_into``) from this many features and rows on.
+ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else 32
+ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
 #: Steps whose loads are issued together for rows of < 32 features (``CUFOLD_ROWS_UNROLL``):
@@ -172,14 +179,15 @@ def chunk_features(spec):
 def rows_kernel(spec):
     """The kernel of every feature-row reduction (see the module doc):
     ``(src, perm, values, vrs, vfs, voff, n, m, F, out, bits, ors, ofs, ooff, pk, pv,
-    spans, last, status, epoch, init, has_init)``.
+    spans, last, status, epoch, init, has_init, gate, gate_on)``.
 
     ``src``: keys (``n``; ids ``0 <= key < m``, others skipped) or CSR offsets (``m + 1``);
     ``perm``: row of each position (``gather``; else unused); ``values``, ``out``: flat 1-D
     views, element ``(r, f)`` at ``r * rs + f * fs + off``; ``pk``, ``pv``: this level's
     pieces (``ordered``; ``2 * spans`` ids and rows of ``F`` accumulators); ``last``: one
     span, write everything; ``init``: the value of an empty segment and, with ``has_init``,
-    folded in front of every total (``fresh``). Group ``g = lane // P`` of warp ``w`` owns
+    folded in front of every total (``fresh``); ``gate_on >= 0``: the kernel runs only where
+    ``gate[0] == gate_on`` (the two paths of an adaptive ``reduce_by_key_into``). Group ``g = lane // P`` of warp ``w`` owns
     span ``w * 32 / P + g``; its lane ``l`` holds features ``chunk * P * V + l % P + j * P``
     (``j < V``) of the span's rows, one row a step.
     """
@@ -296,7 +304,9 @@ def rows_kernel(spec):
             pk[piece] = idv
 
     def rows(src, perm, values, vrs, vfs, voff, n, m, F, out, bits, ors, ofs, ooff, pk, pv, spans, last,
-             status, epoch, init, has_init):
+             status, epoch, init, has_init, gate, gate_on):
+        if gate_on >= 0 and gate[0] != gate_on:
+            return                                  # the other path of an adaptive call runs
         lane = cuda.laneid
         w = np.int64(cuda.blockIdx.x) * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
         if w * G >= spans:
@@ -507,6 +517,24 @@ def iota_kernel():
     return iota
 
 
+@functools.lru_cache(maxsize=None)
+def unsorted_kernel():
+    """Kernel ``(keys, n, flag)``: ``flag[0] = 1`` where some ``keys[i] > keys[i + 1]``
+    (``flag`` is set to 0 before it)."""
+
+    def unsorted(keys, n, flag):
+        i = np.int64(cuda.grid(1))
+        step = np.int64(cuda.gridsize(1))
+        down = False
+        while i + 1 < n:
+            down = down or keys[i] > keys[i + 1]
+            i += step
+        if cuda.any_sync(FULL_MASK, down) and cuda.laneid == 0:
+            flag[0] = 1                             # the same value from every warp that saw one
+
+    return unsorted
+
+
 # --- host side --------------------------------------------------------------------------------
 
 def flat(a):
@@ -525,11 +553,12 @@ def _align(nbytes):
     return -(-nbytes // 256) * 256
 
 
-def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, status, epoch, offset=0):
+def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, status, epoch, offset=0, gate=None):
     """Add the launches of a feature-row reduction to Program builder ``b``: ``values`` and
     ``out`` as :func:`flat` gives them (``bits``: the flat view the compare-and-swap loop
     swaps), level 0 and, ``ordered``, the piece levels (pieces from the workspace, from byte
-    ``offset`` on)."""
+    ``offset`` on). ``gate``: None, or ``(flag, value)``: every launch runs only where
+    ``flag[0] == value`` on the GPU."""
     rows = span_rows(spec)
     groups = 32 // spec.lanes                  # spans a warp
     chunks = max(1, -(-F // chunk_features(spec)))
@@ -555,10 +584,12 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
             bufs.append((ws.view(np.int64, (count,), offset), ws.view(acc, (count * F,), offset + _align(8 * count))))
             offset += pieces_of(count)
     pk, pv = bufs[0]
+    flag, gate_on = gate if gate is not None else (ws.view(np.int32, (1,), 0), -1)   # (not read: -1)
+    gate_on = np.int32(gate_on)
     grid = (-(-spans // (groups * warps)), chunks)
     b.launch(rows_kernel(spec), ("rows", spec), grid, 32 * warps,
              (src, perm, vflat, vrs, vfs, voff, n64, m64, F64, oflat, bits, ors, ofs, ooff, pk, pv,
-              np.int64(spans), np.bool_(spans == 1), status, epoch, init, np.bool_(has_init)))
+              np.int64(spans), np.bool_(spans == 1), status, epoch, init, np.bool_(has_init), flag, gate_on))
     if spec.mode == "atomic":
         return
     level_spec = spec._replace(source="keys", key_dt=np.dtype(np.int64), in_dt=acc, gather=False, check=False,
@@ -573,7 +604,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
         b.launch(rows_kernel(level_spec), ("rows", level_spec), (-(-spans // (groups * warps)), chunks), 32 * warps,
                  (src_k, src_k, src_v, F64, np.int64(1), np.int64(0), np.int64(count), m64, F64, oflat, bits,
                   ors, ofs, ooff, pk, pv, np.int64(spans), np.bool_(spans == 1), status, np.int64(0), init,
-                  np.bool_(has_init)))
+                  np.bool_(has_init), flag, gate_on))
         level += 1
 
 
@@ -644,25 +675,40 @@ def _plan_into(key, k, v, o, *epoch):
     st = bykey._status(device_id, handle, False)[0] if check else None
     status = st.kernel if check else bykey._quiet_status(device_id, handle)
     epoch = b.value(np.int64(0)) if check else np.int64(0)
+    # Keys in any order whose updates are costly (a compare-and-swap loop a feature, or a
+    # table larger than L2, where every update is a read-modify-write of DRAM) take either
+    # path, chosen on the GPU: grouped by key first where the keys are not sorted, atomic
+    # runs where they are (a kernel looks; the other path's kernels return at once).
+    adaptive = (not ordered and op.identity_for(out_vt) is not None and n >= ADAPTIVE_MIN_ROWS
+                and F >= ADAPTIVE_MIN_FEATURES
+                and (mode == "cas" or m * F * o.dtype.itemsize > _launch.l2_bytes(device_id)))
     if n > 0 and F > 0:         # m == 0 too: every key is out of range (reported)
-        P, V, S, U = shape_for(F, peers=PEERS and not ordered)
         oflat = flat(os_)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
         zero = out_vt.make(op.identity_for(out_vt) if op.identity_for(out_vt) is not None else 0)
-        if ordered:
+        nt = 64 if SIMULATOR else 256
+        gate = None
+        if adaptive:
+            flag = b.output(ks, 1, np.dtype(np.int32))
+            _launch.fill(b, ValueType.of(np.dtype(np.int32)), flag, 1, 0)
+            b.launch(unsorted_kernel(), ("rows-unsorted",), min(-(-n // nt), 1024), nt, (ks, np.int64(n), flag))
+            gate = (flag, 1)
+        if ordered or adaptive:
+            P, V, S, U = shape_for(F)
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
             iota = b.output(ks, n, idx_dt)
-            nt = 64 if SIMULATOR else 256
             b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n)))
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
                                         epoch=epoch, on_bad=bykey._record_out_of_range)
             spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False,
                         transform)
-            add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end)
-        else:
+            add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
+        if not ordered:
+            P, V, S, U = shape_for(F, peers=PEERS)
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
                         bool(check), transform)
-            add_rows(b, spec, ks, ks, flat(vs), n, m, F, oflat, bits, zero, False, status, epoch)
+            add_rows(b, spec, ks, ks, flat(vs), n, m, F, oflat, bits, zero, False, status, epoch,
+                     gate=None if gate is None else (gate[0], 0))
     if check:
         where = (device_id, handle)
         b.guard(lambda: bykey._statuses.get(where) is st)

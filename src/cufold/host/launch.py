@@ -1202,6 +1202,15 @@ def sm_count(device_id):
     return cuda.gpus[device_id].MULTIPROCESSOR_COUNT
 
 
+@functools.lru_cache(maxsize=None)
+def l2_bytes(device_id):
+    """L2 cache bytes of GPU ``device_id`` (16 KiB in the simulator, so that small tests
+    take the paths chosen for data larger than L2)."""
+    if SIMULATOR:
+        return 16 << 10
+    return cuda.gpus[device_id].L2_CACHE_SIZE
+
+
 #: A launch shape: threads per block (``nt``) and items per thread (``vt``).
 Tile = collections.namedtuple("Tile", "nt vt")
 
