@@ -112,16 +112,19 @@ def _name(fn):
 
 @functools.lru_cache(maxsize=None)
 def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
-    """Kernel ``(keys, n, m, shift, counts, tiles, status, epoch)``: the digit counts of
-    tile ``blockIdx.x``, digit-major in ``counts``; the first pass calls
-    ``on_bad(status, epoch, i)`` for a key outside ``[0, m)`` when ``epoch > 0``."""
+    """Kernel ``(keys, n, m, shift, counts, tiles, status, epoch, gate, gate_on)``: the
+    digit counts of tile ``blockIdx.x``, digit-major in ``counts``; the first pass calls
+    ``on_bad(status, epoch, i)`` for a key outside ``[0, m)`` when ``epoch > 0``.
+    ``gate_on >= 0``: it runs only where ``gate[0] == gate_on`` (see :func:`group`)."""
     nt, vt = tile
     radix = 1 << digit_bits
     sort_key = _sort_key(key_dt, sk_dt, first)
     SK = sk_dt.type
     report = on_bad if on_bad is not None else _no_report
 
-    def count(keys, n, m, shift, counts, tiles, status, epoch):
+    def count(keys, n, m, shift, counts, tiles, status, epoch, gate, gate_on):
+        if gate_on >= 0 and gate[0] != gate_on:
+            return                                  # (the whole block)
         hist = cuda.shared.array(radix, np.int32)
         tid = cuda.threadIdx.x
         t = cuda.blockIdx.x
@@ -151,9 +154,9 @@ def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
 
 @functools.lru_cache(maxsize=None)
 def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
-    """Kernel ``(keys, values, n, m, shift, offsets, tiles, out_keys, out_values)``: tile
-    ``blockIdx.x``'s pairs moved, stably, to their digit's slots (``offsets``: the
-    exclusive scan of ``count_kernel``'s counts).
+    """Kernel ``(keys, values, n, m, shift, offsets, tiles, out_keys, out_values, gate,
+    gate_on)``: tile ``blockIdx.x``'s pairs moved, stably, to their digit's slots
+    (``offsets``: the exclusive scan of ``count_kernel``'s counts); gated as ``count_kernel``.
 
     The tile is first ordered by digit in shared memory, then written slot by slot, so
     that consecutive threads write consecutive addresses within each digit's run (a
@@ -171,7 +174,9 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
     offsets_of = block.exclusive_scan(plus, count_dt, nt)
     SK, V, C = sk_dt.type, val_dt.type, count_dt.type
 
-    def scatter(keys, values, n, m, shift, offsets, tiles, out_keys, out_values):
+    def scatter(keys, values, n, m, shift, offsets, tiles, out_keys, out_values, gate, gate_on):
+        if gate_on >= 0 and gate[0] != gate_on:
+            return
         # seen[w, d]: elements of digit d in warp w's rows so far; then their first slot
         # in the tile ordered by digit
         seen = cuda.shared.array(shape, C)
@@ -262,7 +267,7 @@ def _align(nbytes):
 
 
 def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int64(0), on_bad=None,
-          digit_bits=DIGIT_BITS, tile=TILE):
+          digit_bits=DIGIT_BITS, tile=TILE, gate=None):
     """Add the stable grouping of ``(keys, values)`` by key (1-D placeholders of Program
     builder ``b``, ``n >= 1`` pairs) to ``b``; returns ``(sorted keys, sorted values,
     end)``: keys as :func:`sort_key_dtype` of ``m`` (``m`` for every key outside
@@ -277,6 +282,10 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     ``on_bad(status, epoch, i)`` (a device function; None: no report) is called by the
     first pass for every bad key's input position ``i`` when ``epoch > 0`` (an
     ``np.int64``, or a per-call value of ``b``).
+
+    ``gate``: None, or ``(flag, value)``: the counting and moving kernels run only where
+    ``flag[0] == value`` on the GPU (elsewhere the results are not written; the digit
+    counts' scans still run, on whatever the counts hold).
 
     Example (keys in [0, 4)): keys ``[2, 0, 2, 1]``, values ``[a, b, c, d]`` ->
     ``[0, 1, 2, 2]``, ``[b, d, a, c]``.
@@ -305,6 +314,8 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     n64, m64, tiles64 = np.int64(n), np.int64(m), np.int64(tiles)
     if status is None or on_bad is None:
         status, epoch, on_bad = counts, np.int64(0), _no_report   # nothing is recorded at epoch 0
+    flag, gate_on = gate if gate is not None else (ws.view(np.int32, (1,), counts_at), -1)   # (not read: -1)
+    gate_on = np.int32(gate_on)
     src_k, src_v = keys, values
     for p in range(n_passes):
         first = p == 0
@@ -313,13 +324,13 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
         report = on_bad if first else _no_report
         b.launch(count_kernel(key_dt, sk_dt, first, digit_bits, tile, report),
                  ("radix-count", key_dt, sk_dt, first, digit_bits, tile, _name(report)), tiles, nt,
-                 (src_k, n64, m64, shift, counts, tiles64, status, epoch if first else np.int64(0)))
+                 (src_k, n64, m64, shift, counts, tiles64, status, epoch if first else np.int64(0), flag, gate_on))
         # the scan of the counts, in place (its scratch after them)
         scan.add_launches(b, scan_plan, counts, counts, slots, 0, False, scratch=(ws, scan_at))
         dst_k, dst_v = buffers[p % 2]
         b.launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
                  ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
-                 tiles, nt, (src_k, src_v, n64, m64, shift, counts, tiles64, dst_k, dst_v))
+                 tiles, nt, (src_k, src_v, n64, m64, shift, counts, tiles64, dst_k, dst_v, flag, gate_on))
         src_k, src_v = dst_k, dst_v
     return src_k, src_v, end
 

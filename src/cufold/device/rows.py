@@ -507,9 +507,11 @@ def rows_kernel(spec):
 
 @functools.lru_cache(maxsize=None)
 def iota_kernel():
-    """Kernel ``(out, n)``: ``out[i] = i``."""
+    """Kernel ``(out, n, gate, gate_on)``: ``out[i] = i`` (gated as ``rows_kernel``)."""
 
-    def iota(out, n):
+    def iota(out, n, gate, gate_on):
+        if gate_on >= 0 and gate[0] != gate_on:
+            return
         i = cuda.grid(1)
         if i < n:
             out[i] = i
@@ -697,9 +699,11 @@ def _plan_into(key, k, v, o, *epoch):
             P, V, S, U = shape_for(F)
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
             iota = b.output(ks, n, idx_dt)
-            b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n)))
+            # (adaptive: on sorted keys the grouping's kernels return at once too; its scans still run)
+            flag, gate_on = gate if gate is not None else (iota, -1)        # (not read: -1)
+            b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n), flag, np.int32(gate_on)))
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
-                                        epoch=epoch, on_bad=bykey._record_out_of_range)
+                                        epoch=epoch, on_bad=bykey._record_out_of_range, gate=gate)
             spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False,
                         transform)
             add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
