@@ -116,12 +116,13 @@ for key_dt, m in ((np.int32, 10**6), (np.int64, 2**33)):
         kd = np.dtype(key_dt) if first else sk
         on_bad = BK._record_out_of_range if first else None
         fn = X.count_kernel(np.dtype(kd), sk, first, 8, X.TILE, on_bad)
+        gate = (L._nbtype(arr(np.int32)), nbt.int32)        # the flag of an adaptive call, and its value
         sig = (L._nbtype(arr(kd)), nbt.int64, nbt.int64, nbt.int64, L._nbtype(arr(np.int32)), nbt.int64,
-               status, nbt.int64)
+               status, nbt.int64) + gate
         cuda.compile_ptx(fn, sig, cc=(9, 0))
         fn = X.scatter_kernel(np.dtype(kd), sk, np.dtype(np.float64), np.dtype(np.int32), first, 8, X.TILE)
         sig = (L._nbtype(arr(kd)), L._nbtype(arr(np.float64)), nbt.int64, nbt.int64, nbt.int64,
-               L._nbtype(arr(np.int32)), nbt.int64, L._nbtype(arr(sk)), L._nbtype(arr(np.float64)))
+               L._nbtype(arr(np.int32)), nbt.int64, L._nbtype(arr(sk)), L._nbtype(arr(np.float64))) + gate
         ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0))
         print("  ok   radix %s first=%s (%d PTX lines)" % (np.dtype(kd), first, ptx.count("\n")))
 print("radix kernels compiled; all in %.1f s" % (time.time() - t0))
@@ -138,7 +139,7 @@ fake_status = _pytypes.SimpleNamespace(kernel=(arr(np.int64, 2), arr(np.int64, 1
 BK._status = lambda dev, stream, check: (fake_status, 1 if check else 0)
 BK._resident_blocks = lambda *args: 132 * 4          # an H100's grid (no GPU to ask)
 H.sm_count = lambda dev: 132
-H.l2_bytes = lambda dev: 50 << 20
+L.l2_bytes = lambda dev: 50 << 20        # an H100 (the adaptive feature rows compare out with it)
 before = len(compiled)
 n = 1 << 20
 f32, i32 = arr(np.float32, n), arr(np.int32, n)

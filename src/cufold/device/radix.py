@@ -57,7 +57,7 @@ from ..ops import plus
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from . import scan
-from ..host.launch import Tile
+from ..host.launch import Tile, gated_off
 
 __all__ = ["group", "group_by_key", "sort_key_dtype", "passes", "pair_count", "DIGIT_BITS", "TILE"]
 
@@ -115,7 +115,7 @@ def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
     """Kernel ``(keys, n, m, shift, counts, tiles, status, epoch, gate, gate_on)``: the
     digit counts of tile ``blockIdx.x``, digit-major in ``counts``; the first pass calls
     ``on_bad(status, epoch, i)`` for a key outside ``[0, m)`` when ``epoch > 0``.
-    ``gate_on >= 0``: it runs only where ``gate[0] == gate_on`` (see :func:`group`)."""
+    ``gate``, ``gate_on``: see ``launch.gated_off`` (:func:`group`'s ``gate``)."""
     nt, vt = tile
     radix = 1 << digit_bits
     sort_key = _sort_key(key_dt, sk_dt, first)
@@ -123,8 +123,8 @@ def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
     report = on_bad if on_bad is not None else _no_report
 
     def count(keys, n, m, shift, counts, tiles, status, epoch, gate, gate_on):
-        if gate_on >= 0 and gate[0] != gate_on:
-            return                                  # (the whole block)
+        if gated_off(gate, gate_on):
+            return
         hist = cuda.shared.array(radix, np.int32)
         tid = cuda.threadIdx.x
         t = cuda.blockIdx.x
@@ -175,7 +175,7 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
     SK, V, C = sk_dt.type, val_dt.type, count_dt.type
 
     def scatter(keys, values, n, m, shift, offsets, tiles, out_keys, out_values, gate, gate_on):
-        if gate_on >= 0 and gate[0] != gate_on:
+        if gated_off(gate, gate_on):
             return
         # seen[w, d]: elements of digit d in warp w's rows so far; then their first slot
         # in the tile ordered by digit
@@ -314,8 +314,7 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     n64, m64, tiles64 = np.int64(n), np.int64(m), np.int64(tiles)
     if status is None or on_bad is None:
         status, epoch, on_bad = counts, np.int64(0), _no_report   # nothing is recorded at epoch 0
-    flag, gate_on = gate if gate is not None else (ws.view(np.int32, (1,), counts_at), -1)   # (not read: -1)
-    gate_on = np.int32(gate_on)
+    flag, gate_on = _launch.gate_args(b, gate)
     src_k, src_v = keys, values
     for p in range(n_passes):
         first = p == 0

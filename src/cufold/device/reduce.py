@@ -347,7 +347,7 @@ def _fold_tile(spec):
     # (argmin/argmax take the rising update here, Spec.rising: their tiles' items come in
     # index order. Before it, folding a tile as a tree of combines gained 2%, H200.)
     lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
-    # two items a call site (each costs Numba's typing; see _update_if)
+    # two items a call site (each costs Numba's typing; see _guarded)
     lines += ["    state = update_two(state, x%d, first + %d, x%d, first + %d)" % (k, k * step, k + 1, (k + 1) * step)
               for k in range(1, vt - 1, 2)]
     lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1 + (vt - 1) // 2 * 2, vt)]
@@ -363,12 +363,11 @@ def _fold_tile(spec):
     lines += ["    if first < n:",
               "        state = update(state, x0, first) if have else start(x0, first)",
               "        have = True"]
-    # One call an item of a small guarded update, not a branch an item: Numba's passes
-    # cost grows with the blocks of a function (a cold first call's compile), and NVVM
-    # inlines it back into the same code.
-    lines += ["    state = update_if(state, x%d, first + %d, n)" % (k, k * step) for k in range(1, vt)]
+    # (a call an item, not a branch: see _guarded)
+    lines += ["    state = update_if(first + %d, n, state, x%d, first + %d)" % (k * step, k, k * step)
+              for k in range(1, vt)]
     lines += ["    return state, have"]
-    env["update_if"] = _update_if(update)
+    env["update_if"] = _guarded(update, 2)
     env["load_upto"] = _codegen.build("def load_upto(xs, i, last):\n    return load(xs, min(i, last))\n", "load_upto",
                                       {"load": load})
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
@@ -383,11 +382,15 @@ def _fold_tile(spec):
     return fold_tile
 
 
-def _update_if(update):
-    """Device function ``(state, x, i, n) -> state``: ``update(state, x, i)`` where
-    ``i < n``, else ``state`` (a partial tile's item past the end)."""
-    return _codegen.build("def update_if(state, x, i, n):\n    if i < n:\n        return update(state, x, i)\n"
-                          "    return state\n", "update_if", {"update": update})
+def _guarded(fn, arity):
+    """Device function ``(i, n, state, a_1 .. a_arity) -> state``: ``fn(state, a_1 ..
+    a_arity)`` where ``i < n``, else ``state`` (an item past the end of a partial tile or
+    range). A generated fold calls it an item where it had a branch an item: Numba's passes
+    cost grows with a function's blocks (a user's operator compiles at its first call:
+    the partial tile's fold took 0.43 s of 1.3), and NVVM inlines it back into the same code."""
+    args = ", ".join("a%d" % k for k in range(arity))
+    return _codegen.build("def guarded(i, n, state, %s):\n    if i < n:\n        return fn(state, %s)\n"
+                          "    return state\n" % (args, args), "guarded", {"fn": fn})
 
 
 def _pairs_fold_tile(fold_full, fold_part, nvp):
@@ -428,9 +431,10 @@ def _fold_tile_wide(spec):
         "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
         {"DT": spec.in_vt.fields[0].type, "LOW": np.uint64(0xFFFFFFFF), "SHIFT": np.uint64(32)})
     split = "    lo%d, hi%d = halves(p%d)"
-    # A device function folds a pair (one call site a pair, not three: see _update_if).
+    # A device function folds a pair (one call site a pair, not three: see _guarded).
     env["pair_in"] = _codegen.build(
-        "def pair_in(state, p, j):\n    lo, hi = halves(p)\n    return update(update(state, lo, 2 * j), hi, 2 * j + 1)\n",
+        "def pair_in(state, p, j):\n    lo, hi = halves(p)\n"
+        "    return update(update(state, lo, 2 * j), hi, 2 * j + 1)\n",
         "pair_in", {"update": update, "halves": env["halves"]})
     lines = ["def fold_full(state, have, pairs, first):"]
     lines += ["    p%d = get(pairs, first + %d)" % (k, k * nt) for k in range(half)]
@@ -448,13 +452,11 @@ def _fold_tile_wide(spec):
               "        state = update(state, lo0, 2 * first) if have else start(lo0, 2 * first)",
               "        state = update(state, hi0, 2 * first + 1)",
               "        have = True"]
-    # (a call a pair, not a branch: see _update_if)
-    lines += ["    state = pair_if(state, p%d, first + %d, n)" % (k, k * nt) for k in range(1, half)]
+    # (a call a pair, not a branch: see _guarded)
+    lines += ["    state = pair_if(first + %d, n, state, p%d, first + %d)" % (k * nt, k, k * nt)
+              for k in range(1, half)]
     lines += ["    return state, have"]
-    env["pair_if"] = _codegen.build(
-        "def pair_if(state, p, j, n):\n    if j < n:\n        lo, hi = halves(p)\n"
-        "        return update(update(state, lo, 2 * j), hi, 2 * j + 1)\n    return state\n",
-        "pair_if", {"update": update, "halves": env["halves"]})
+    env["pair_if"] = _guarded(env["pair_in"], 2)
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
     return _pairs_fold_tile(fold_full, fold_part, nt * half)
 
@@ -529,12 +531,10 @@ def _fold_range(op, vt):
     lines = ["def fold_range(arrays, lo, hi):", "    last = hi - 1"]
     lines += ["    x%d = load(arrays, min(lo + %d, last))" % (i, i) for i in range(k)]
     lines += ["    acc = x0"]
-    lines += ["    acc = combine_if(acc, x%d, lo + %d, hi)" % (i, i) for i in range(1, k)]
+    lines += ["    acc = combine_if(lo + %d, hi, acc, x%d)" % (i, i) for i in range(1, k)]
     lines += ["    return acc"]
-    combine = op.combine(vt)
-    combine_if = _codegen.build("def combine_if(acc, x, i, hi):\n    if i < hi:\n        return combine(acc, x)\n"
-                                "    return acc\n", "combine_if", {"combine": combine})
-    return _codegen.build("\n".join(lines) + "\n", "fold_range", {"load": vt.load, "combine_if": combine_if})
+    return _codegen.build("\n".join(lines) + "\n", "fold_range",
+                          {"load": vt.load, "combine_if": _guarded(op.combine(vt), 1)})
 
 
 @functools.lru_cache(maxsize=None)

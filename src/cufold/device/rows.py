@@ -79,6 +79,7 @@ from .. import _codegen, warp
 from ..ops import as_op, as_transform
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
+from ..host.launch import gated_off
 
 __all__ = ["SPAN_ROWS", "reduce_by_key_into", "rows_kernel", "segmented_reduce"]
 
@@ -186,8 +187,9 @@ def rows_kernel(spec):
     views, element ``(r, f)`` at ``r * rs + f * fs + off``; ``pk``, ``pv``: this level's
     pieces (``ordered``; ``2 * spans`` ids and rows of ``F`` accumulators); ``last``: one
     span, write everything; ``init``: the value of an empty segment and, with ``has_init``,
-    folded in front of every total (``fresh``); ``gate_on >= 0``: the kernel runs only where
-    ``gate[0] == gate_on`` (the two paths of an adaptive ``reduce_by_key_into``). Group ``g = lane // P`` of warp ``w`` owns
+    folded in front of every total (``fresh``); ``gate``, ``gate_on``: see
+    ``launch.gated_off`` (the two paths of an adaptive ``reduce_by_key_into``). Group ``g =
+    lane // P`` of warp ``w`` owns
     span ``w * 32 / P + g``; its lane ``l`` holds features ``chunk * P * V + l % P + j * P``
     (``j < V``) of the span's rows, one row a step.
     """
@@ -305,7 +307,7 @@ def rows_kernel(spec):
 
     def rows(src, perm, values, vrs, vfs, voff, n, m, F, out, bits, ors, ofs, ooff, pk, pv, spans, last,
              status, epoch, init, has_init, gate, gate_on):
-        if gate_on >= 0 and gate[0] != gate_on:
+        if gated_off(gate, gate_on):
             return                                  # the other path of an adaptive call runs
         lane = cuda.laneid
         w = np.int64(cuda.blockIdx.x) * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32
@@ -510,7 +512,7 @@ def iota_kernel():
     """Kernel ``(out, n, gate, gate_on)``: ``out[i] = i`` (gated as ``rows_kernel``)."""
 
     def iota(out, n, gate, gate_on):
-        if gate_on >= 0 and gate[0] != gate_on:
+        if gated_off(gate, gate_on):
             return
         i = cuda.grid(1)
         if i < n:
@@ -586,8 +588,7 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
             bufs.append((ws.view(np.int64, (count,), offset), ws.view(acc, (count * F,), offset + _align(8 * count))))
             offset += pieces_of(count)
     pk, pv = bufs[0]
-    flag, gate_on = gate if gate is not None else (ws.view(np.int32, (1,), 0), -1)   # (not read: -1)
-    gate_on = np.int32(gate_on)
+    flag, gate_on = _launch.gate_args(b, gate)
     grid = (-(-spans // (groups * warps)), chunks)
     b.launch(rows_kernel(spec), ("rows", spec), grid, 32 * warps,
              (src, perm, vflat, vrs, vfs, voff, n64, m64, F64, oflat, bits, ors, ofs, ooff, pk, pv,
@@ -700,8 +701,7 @@ def _plan_into(key, k, v, o, *epoch):
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
             iota = b.output(ks, n, idx_dt)
             # (adaptive: on sorted keys the grouping's kernels return at once too; its scans still run)
-            flag, gate_on = gate if gate is not None else (iota, -1)        # (not read: -1)
-            b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n), flag, np.int32(gate_on)))
+            b.launch(iota_kernel(), ("rows-iota",), -(-n // nt), nt, (iota, np.int64(n)) + _launch.gate_args(b, gate))
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
                                         epoch=epoch, on_bad=bykey._record_out_of_range, gate=gate)
             spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False,

@@ -1295,6 +1295,25 @@ def fill(b, vt, outs, count, value):
 
 
 # ---------------------------------------------------------------------------
+# gates: kernels that run or not by a flag on the GPU (the host cannot look without waiting)
+
+@cuda.jit(device=True, inline="always")
+def gated_off(gate, gate_on):
+    """Whether a gated kernel returns at once: ``gate_on >= 0`` and ``gate[0] != gate_on``
+    (the launch arguments :func:`gate_args` gives). Call it first, before any barrier."""
+    return gate_on >= 0 and gate[0] != gate_on
+
+
+def gate_args(b, gate):
+    """The launch arguments ``(flag, value)`` of a gated kernel for Program builder ``b``:
+    ``gate`` is None (the kernel always runs: a flag it never reads, and -1) or ``(flag,
+    value)`` (an int32 device array: it runs where ``flag[0] == value``)."""
+    if gate is None:
+        return workspace(b.device_id, b.stream, 4)[1].view(np.int32, (1,), 0), np.int32(-1)
+    return gate[0], np.int32(gate[1])
+
+
+# ---------------------------------------------------------------------------
 # workspace
 
 _WS = {}
