@@ -104,7 +104,7 @@ def test_into_strided_rows(rng):
     np.testing.assert_allclose(to_host(out3), add_at_rows(start[:, :F], keys, big[::-2, :F]), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("F", [1, 3, 33])
+@pytest.mark.parametrize("F", [1, 3, 16, 33])
 def test_into_deterministic(rng, F):
     keys = power_keys(rng, N, M, shuffled=True, dtype=np.int64)
     values = rng.standard_normal((N, F)).astype(np.float32)
@@ -192,6 +192,65 @@ def test_into_adaptive(rng, F, order):
             np.testing.assert_allclose(to_host(out), want, rtol=1e-5, atol=1e-4)
         else:
             np.testing.assert_array_equal(to_host(out), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("F", [4, 12, 16, 64, 132])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_into_quads(rng, monkeypatch, F, shuffled):
+    """Float32 sums of F = 4k features: four consecutive features a lane, one 16-byte
+    reduction each (``rows.quads_for``: 'load4' where the values' quads are 16-byte aligned,
+    'scalar' where not, none where out's are not), with a transform and a bad key; the
+    ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED=1``) grouped by key and over
+    segments."""
+    import importlib
+    rows = importlib.import_module("cufold.device.rows")
+    seen = []
+    kernel = rows.rows_kernel
+    monkeypatch.setattr(rows, "rows_kernel", lambda spec: seen.append(spec.quads) or kernel(spec))
+    rows._into_programs.clear()
+    rows._segment_programs.clear()
+    try:
+        n, m = (N, M) if SIMULATOR else (40_000, 700)
+        keys = power_keys(rng, n, m, shuffled=shuffled)
+        big = rng.standard_normal((n, F + 4)).astype(np.float32)
+        start = rng.standard_normal((m, F + 4)).astype(np.float32)
+        dev_big = to_device(big)
+        cases = ((dev_big[:, :F], big[:, :F], start[:, :F], "load4"),
+                 (dev_big[:, 1:F + 1], big[:, 1:F + 1], start[:, :F], "scalar"),
+                 (dev_big[:, :F], big[:, :F], start[:, 1:F + 1], None))
+        for dev_values, values, start_view, quads in cases:
+            out = to_device(np.ascontiguousarray(start)) if quads is None else to_device(start_view)
+            if quads is None:
+                out = out[:, 1:F + 1]
+            seen.clear()
+            cufold.reduce_by_key_into(to_device(keys), dev_values, out)
+            assert quads in seen
+            # (float32 sums of up to a few thousand rows a hot key, in any order)
+            np.testing.assert_allclose(to_host(out), add_at_rows(start_view, keys, values), rtol=1e-4, atol=2e-3)
+        out = to_device(start[:, :F])
+        cufold.reduce_by_key_into(to_device(keys), dev_big[:, :F], out, transform=lambda x: x * x)
+        np.testing.assert_allclose(to_host(out), add_at_rows(start[:, :F], keys, big[:, :F] ** 2), rtol=1e-4,
+                                   atol=2e-3)
+        bad = keys.copy()
+        bad[n // 3] = -1
+        with pytest.raises(IndexError, match="key -1 at position %d" % (n // 3)):
+            cufold.reduce_by_key_into(to_device(bad), dev_big[:, :F], to_device(start[:, :F]))
+        # ordered rows (grouped by key; over segments) load a quad at once (where on)
+        monkeypatch.setattr(rows, "QUADS_ORDERED", True)
+        seen.clear()
+        out = to_device(start[:, :F])
+        cufold.reduce_by_key_into(to_device(keys), dev_big[:, :F], out, deterministic=True)
+        assert "load4" in seen
+        np.testing.assert_allclose(to_host(out), add_at_rows(start[:, :F], keys, big[:, :F]), rtol=1e-4, atol=2e-3)
+        off = make_offsets(rng, 9, n)
+        seen.clear()
+        got = cufold.segmented_reduce(dev_big[:, :F], to_device(off), cufold.maximum)
+        assert "load4" in seen
+        np.testing.assert_array_equal(to_host(got), reduceat_rows(big[:, :F], off, np.maximum, -np.inf))
+    finally:
+        monkeypatch.undo()
+        rows._into_programs.clear()
+        rows._segment_programs.clear()
 
 
 def test_bad_shapes():

@@ -1,6 +1,7 @@
 """Feature rows on a GPU in under a minute: CUDA-event medians of ``reduce_by_key_into``
-sum and max and ``segmented_reduce`` sum at ``bench pyg``'s shapes (E = 4 000 000 rows of F
-float32 features into N = 200 000 power-law nodes, int64 destinations, sorted and shuffled:
+sum and max (and, shuffled, the sum with ``deterministic=True``: ``det``) and
+``segmented_reduce`` sum at ``bench pyg``'s shapes (E = 4 000 000 rows of F float32
+features into N = 200 000 power-law nodes, int64 destinations, sorted and shuffled:
 ``cufold.bench.bykey_tuple.power_law_keys``), next to what ``bench pyg`` measured before the
 sub-warp spans (H100, bench/results/pyg-H100-20261125) and the read floor (the bytes of the
 keys and rows at 2.97 TB/s).
@@ -107,6 +108,10 @@ def measure(features, reps, seed):
             got = outs[0][:, 0].double().cpu().numpy()
             assert np.allclose(got, ref_sum, rtol=1e-4, atol=1e-3), "sum F=%d %s" % (F, order)
             results[(F, order, "sum")] = median_us(into_sum, args, reps)
+            if order == "shuffled":
+                def into_det(a):
+                    cufold.reduce_by_key_into(a[0], a[1], a[2], check=False, deterministic=True)
+                results[(F, order, "det")] = median_us(into_det, args, reps)
             into_max(args[0])
             assert np.array_equal(outs[0][:, 0].double().cpu().numpy(), ref_max), "max F=%d %s" % (F, order)
             results[(F, order, "max")] = median_us(into_max, args, reps)
@@ -135,7 +140,7 @@ def table(columns, features):
     lines = [head]
     for F in features:
         for order in ("sorted", "shuffled"):
-            for task in ("sum", "max", "segsum"):
+            for task in ("sum", "max", "segsum", "det"):
                 key = (F, order, task)
                 if not any(key in columns[n] for n in names):
                     continue

@@ -163,6 +163,15 @@ for det in (False, True):
     want_rows = np.zeros((500, 33))
     np.add.at(want_rows, fk, fv)
     check("feature rows by key deterministic=%s" % det, fo.copy_to_host(), want_rows, exact=False)
+# float32 sums of 4k features: a quad of features a lane, one 16-byte reduction (values' quads
+# aligned: 16-byte loads too; a column off: scalar loads)
+qv = rng.normal(size=(20000, 20)).astype(np.float32)
+for name, view in (("load4", slice(0, 16)), ("scalar loads", slice(1, 17))):
+    qo = cuda.to_device(np.zeros((500, 16), np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(fk), cuda.to_device(qv)[:, view], qo)
+    want_rows = np.zeros((500, 16))
+    np.add.at(want_rows, fk, qv[:, view])
+    check("feature rows quads (%s)" % name, qo.copy_to_host(), want_rows, exact=False)
 # the default's adaptive feature rows (a float maximum, 2^16+ rows: the GPU picks atomic runs
 # for sorted keys, grouped rows for shuffled ones; the other path's kernels return at once)
 ak = np.sort(rng.integers(0, 500, 70000)).astype(np.int64)

@@ -3,7 +3,8 @@
 Layers, as in CUB: :mod:`cufold.thread` (sequential, in registers),
 :mod:`cufold.warp` (shuffles, ballots, match), :mod:`cufold.block` (shared
 memory and warps) and the device-wide calls at the top level. Operators and
-value types live in :mod:`cufold.ops` and :mod:`cufold.values`.
+value types live in :mod:`cufold.ops` and :mod:`cufold.values`;
+:mod:`cufold.quads` has a thread's 16-byte float32 loads and atomic adds.
 """
 
 from . import simulator as _simulator
@@ -16,7 +17,7 @@ from .ops import (  # noqa: E402
 )
 from .values import ValueType  # noqa: E402
 from .generated import counting, constant  # noqa: E402
-from . import thread, warp, block  # noqa: E402
+from . import thread, warp, block, quads  # noqa: E402
 from .device import reproducible  # noqa: E402
 from .device import (  # noqa: E402
     algorithms, reduce, sum, prod, min, max, argmin, argmax, minmax, mean, var, mean_var,
@@ -29,7 +30,7 @@ from .device import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "Op", "as_op", "ValueType", "thread", "warp", "block", "reproducible",
+    "Op", "as_op", "ValueType", "thread", "warp", "block", "quads", "reproducible",
     "algorithms", "reduce", "sum", "prod", "min", "max", "argmin", "argmax", "minmax", "mean", "var",
     "mean_var", "inclusive_scan", "exclusive_scan", "cumsum", "cumprod", "cummax", "cummin",
     "segmented_reduce", "reduce_by_key", "reduce_by_key_into", "histogram", "bincount",

@@ -15,8 +15,10 @@ span, a warp ``G = 32 / P`` spans side by side:
   P``): ``P`` is the power of two ``>= F`` up to 8, 8 for 9-32 features (2-4 a lane: each
   load of a row is a whole 32-byte sector, and the per-row work is shared by more
   features), 32 above (a warp a row, up to 128 features, ``grid.y`` the chunks of them).
-  A group walks its span one row a step; ``U`` steps' loads are issued before the first
-  is reduced, values before (not after) the keys arrive, streamed (``ld.global.cs``).
+  Quads (see ``atomic`` below): ``V = 4`` consecutive features a lane (``f = 4 l + j``),
+  ``P`` the power of two ``>= F / 4`` up to 32. A group walks its span one row a step;
+  ``U`` steps' loads are issued before the first is reduced, values before (not after)
+  the keys arrive, streamed (``ld.global.cs``).
 - **runs of equal keys.** Each row has an id (its key, or its CSR segment, from the
   group's own walk over the offsets). A group carries the run open at its last row: a row
   of the same id adds to it, a row of a new id flushes it and opens its own. No shuffles
@@ -26,7 +28,9 @@ span, a warp ``G = 32 / P`` spans side by side:
 - **where a run goes** (``mode``):
   ``atomic``: ``out[id, f] = op(out[id, f], run)`` atomically (the hardware atomic of
   ``plus``/``min``/``max`` on integers, ``plus`` on floats; a compare-and-swap loop
-  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. The spans go in
+  otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. Float32 sums of
+  ``F = 4k`` features go a *quad* a lane (four consecutive features, ``quads_for``): a
+  run's four totals are one 16-byte reduction (``cufold.quads.add4``). The spans go in
   windows of 32 rows a warp (``min(P, SPAN_ROWS)`` rows of each group's span, one key a
   lane): a ``match_any`` over the window's keys finds keys that repeat there but not
   next to each other in one span (a power law's hot keys in shuffled order); each group
@@ -75,7 +79,7 @@ import os
 import numpy as np
 from numba import config, cuda
 
-from .. import _codegen, warp
+from .. import _codegen, quads as _quads, warp
 from ..ops import as_op, as_transform
 from ..values import ValueType
 from ..host import arrays as _arrays, launch as _launch, programs as _programs
@@ -95,8 +99,8 @@ SPAN_ROWS = 128
 #: F = 256 (ncu, H200, shuffled power-law keys, deterministic=True).
 LEVEL_ROWS = 4 if SIMULATOR else 16
 #: ``reduce_by_key_into``'s default takes the adaptive path (grouped where the keys are not
-#: sorted, see ``_plan_into``) from this many features and rows on.
-ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else 32
+#: sorted, see ``_plan_into``) from this many features (``CUFOLD_ROWS_ADAPTIVE_F``) and rows on.
+ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_F", "32"))
 ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
@@ -118,15 +122,25 @@ SMALL_LANES = 8
 #: Lanes per row at least (a power of two; ``CUFOLD_ROWS_LANES``): 32 gives rows of few
 #: features a warp each (idle lanes, a span a warp).
 LANES_MIN = int(os.environ.get("CUFOLD_ROWS_LANES", "1"))
+#: ``atomic`` float32 sums go to ``out`` four features in one reduction where they can
+#: (``quads_for``; ``CUFOLD_ROWS_QUADS=0``: a feature an atomic).
+QUADS = os.environ.get("CUFOLD_ROWS_QUADS", "1") != "0"
+#: ``ordered`` rows of aligned float32 values load four features of a row at once
+#: (``CUFOLD_ROWS_QUADS_ORDERED=1``). Off until measured: correct on an H200 (session 29),
+#: not yet timed against a feature a load.
+QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "0") != "0"
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
-                              "gather check transform", defaults=(None,))
+                              "gather check transform quads", defaults=(None, None))
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
 ``lanes`` P; ``vec`` features per lane (``f = l + j * P``); ``steps``: rows per span; ``check``:
 record keys out of range; ``transform``: None or an ops.Transform of one ``in_dt`` item,
-applied to every value (each feature of a row alone) as it is loaded."""
+applied to every value (each feature of a row alone) as it is loaded; ``quads``: None, or
+(see :func:`quads_for`) a lane's ``V = 4`` features are consecutive (``f = 4 * l + j``),
+'load4' if they come in one 16-byte load, 'scalar' if not; ``atomic`` rows then flush a
+run's four totals as one 16-byte reduction (``cufold.quads.add4``)."""
 
 
 def lanes_for(F):
@@ -139,7 +153,31 @@ def lanes_for(F):
     return p
 
 
-def shape_for(F, peers=False):
+def quads_for(mode, op, F, values, out=None, device_id=0):
+    """Whether rows of ``F`` features (flat views as :func:`flat` gives them) go four
+    consecutive features a lane (``Spec.quads``), or None.
+
+    ``atomic`` rows: where four features can be one 16-byte atomic reduction (a float32
+    sum, ``F`` a multiple of 4, ``out``'s quads 16-byte aligned, sm_90 on): 'load4' where
+    the values' quads are 16-byte aligned float32 too, else 'scalar'. An L2 atomic unit
+    takes a 16-byte reduction for about the price of a 4-byte one, and shuffled keys'
+    updates are what such rows cost (F = 16 sum, E = 4M shuffled power-law keys, H200:
+    488 -> 345 us). ``ordered`` rows: 'load4' where the values' quads are aligned float32
+    (one 16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
+    vflat, vrs, vfs, voff = values
+    aligned = (vflat.dtype == np.float32 and F % 4 == 0 and vfs == 1 and vrs % 4 == 0 and voff % 4 == 0
+               and vflat.ptr % 16 == 0)
+    if mode == "ordered":
+        return "load4" if QUADS_ORDERED and aligned else None
+    oflat, ors, ofs, ooff = out
+    if not (QUADS and op.atomic == "add" and oflat.dtype == np.float32 and F % 4 == 0 and ofs == 1
+            and ors % 4 == 0 and ooff % 4 == 0 and oflat.ptr % 16 == 0
+            and _launch.compute_capability(device_id) >= (9, 0)):
+        return None
+    return "load4" if aligned else "scalar"
+
+
+def shape_for(F, peers=False, quads=None):
     """``(lanes, features per lane, rows per span, unroll)`` of rows of ``F`` features. A
     group of ``P`` lanes covers a row (``V`` features a lane, ``f = l + j * P``), the
     warp's ``32 / P`` groups a span each: the per-row work (the id, the run test, the
@@ -148,11 +186,16 @@ def shape_for(F, peers=False):
     more than 32 features: a warp a row, up to 128 features (``grid.y``: the chunks).
     ``peers``: the atomic rows' windows (``min(P, span)`` rows of a group) are whole
     unrolled chunks."""
-    p = lanes_for(F)
-    if F <= 32:
-        vec = -(-F // p)
+    if quads:                               # 4 consecutive features a lane: a lane a quad
+        p, vec = max(LANES_MIN, 1), 4
+        while p < min(-(-F // 4), 32):
+            p *= 2
     else:
-        vec = min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
+        p = lanes_for(F)
+        if F <= 32:
+            vec = -(-F // p)
+        else:
+            vec = min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
     if SIMULATOR:
         unroll, steps = 2, 8
     else:
@@ -197,6 +240,10 @@ def rows_kernel(spec):
     op = spec.op
     P, V = spec.lanes, spec.vec
     G = 32 // P
+    quads = spec.quads is not None
+    load4 = spec.quads == "load4"
+    assert not quads or V == 4
+    FSTEP = 1 if quads else P                   # feature j of a lane: f0 + j * FSTEP
     S, U = spec.steps, spec.unroll
     CHUNK = P * V
     UV = U * V
@@ -233,6 +280,13 @@ def rows_kernel(spec):
         @cuda.jit(device=True)
         def load_value(values, i):
             return values[i]
+    if load4:
+        tf = spec.transform.device(ValueType.of(spec.in_dt)) if spec.transform is not None else None
+        load_quad = _codegen.build(
+            "def load_quad(values, i, vs, at):\n"
+            "    a, b, c, d = load4(values, i)\n"
+            + "".join("    vs[at + %d] = ACC(%s)\n" % (j, ("tf(%s)" if tf else "%s") % "abcd"[j]) for j in range(4)),
+            "load_quad", {"load4": _quads.load4, "tf": tf, "ACC": ACC})
     if spec.transform is not None:     # per item: each feature of a row on its own, fused into the load
         load_value = _codegen.build("def load_item(values, i):\n    return tf(load(values, i))\n", "load_item",
                                     {"tf": spec.transform.device(ValueType.of(spec.in_dt)), "load": load_value})
@@ -252,8 +306,8 @@ def rows_kernel(spec):
         ``(s, s_start, s_end)``."""
         if fresh and s_start == s_end:
             for j in range(V):
-                if f0 + j * P < F:
-                    out[s * ors + (f0 + j * P) * ofs + ooff] = OUT(init)
+                if f0 + j * FSTEP < F:
+                    out[s * ors + (f0 + j * FSTEP) * ofs + ooff] = OUT(init)
         s += 1
         s_start = s_end
         if s < m:
@@ -300,6 +354,36 @@ def rows_kernel(spec):
                 else:
                     out[ix] = OUT(combine(ACC(out[ix]), v))
 
+    add4 = _quads.add4
+
+    @cuda.jit(device=True)
+    def flush_all(idv, vals, piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init):
+        """This lane's features of a run (``vals``: ``V`` accumulators), each as ``flush``
+        does; atomic quads: one 16-byte reduction of the four."""
+        if quads and atomic:
+            if f0 < F and idv >= 0 and idv < m:
+                add4(out, idv * ors + f0 + ooff, OUT(vals[0]), OUT(vals[1]), OUT(vals[2]), OUT(vals[3]))
+        else:
+            for j in range(V):
+                flush(idv, vals[j], piece, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
+
+    @cuda.jit(device=True)
+    def load_row(values, row, f0, F, vrs, vfs, voff, vs, at):
+        """This lane's ``V`` values of row ``row`` into ``vs[at:at + V]`` (``zero`` past ``F``)."""
+        if load4:
+            if f0 < F:
+                load_quad(values, row * vrs + f0 + voff, vs, at)
+            else:
+                for j in range(V):
+                    vs[at + j] = zero
+        else:
+            for j in range(V):
+                v = zero
+                f = f0 + j * FSTEP
+                if f < F:
+                    v = ACC(load_value(values, row * vrs + f * vfs + voff))
+                vs[at + j] = v
+
     @cuda.jit(device=True)
     def piece_id(pk, piece, idv, fl):
         if piece >= 0 and cuda.blockIdx.y == 0 and fl == 0:
@@ -315,7 +399,7 @@ def rows_kernel(spec):
             return
         fl = lane % P
         my_bit = np.uint32(lane - fl)               # the first lane of this lane's group
-        f0 = np.int64(cuda.blockIdx.y) * CHUNK + fl
+        f0 = np.int64(cuda.blockIdx.y) * CHUNK + fl * (V if quads else 1)
         span = w * G + lane // P
         # spans = ceil(n / S): a group past the last span has no rows (r0 = r1 = n), and
         # every group runs the same code (no branch on the lane before the collectives)
@@ -334,6 +418,7 @@ def rows_kernel(spec):
         carry_start = np.int64(-1)
         carry_v = cuda.local.array(V, ACC)
         cur = cuda.local.array(V, ACC)
+        got = cuda.local.array(V, ACC)
         for j in range(V):
             carry_v[j] = zero
         ids = cuda.local.array(U, np.int64)
@@ -398,12 +483,11 @@ def rows_kernel(spec):
                         live = live and ids[u] >= 0
                     if peers:
                         live = live and (scattered >> np.uint32(t0 - w0 + u)) & np.uint32(1) == 0
-                    for j in range(V):
-                        v = zero
-                        f = f0 + j * P
-                        if live and f < F:
-                            v = ACC(load_value(values, (rowix[u] if gather else rb0 + u) * vrs + f * vfs + voff))
-                        vs[u * V + j] = v
+                    if live:
+                        load_row(values, rowix[u] if gather else rb0 + u, f0, F, vrs, vfs, voff, vs, u * V)
+                    else:
+                        for j in range(V):
+                            vs[u * V + j] = zero
                 # runs: a row of a new id ends the carried run (flushed) and opens its own
                 for u in range(U):
                     r = rb0 + u
@@ -422,9 +506,8 @@ def rows_kernel(spec):
                                 if not atomic and not ordered_last and carry_start == r0:
                                     piece = 2 * span        # the span's first run: it may go on before r0
                                 piece_id(pk, piece, carry_id, fl)
-                                for j in range(V):
-                                    flush(carry_id, carry_v[j], piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
-                                          pv, init, has_init)
+                                flush_all(carry_id, carry_v, piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init,
+                                          has_init)
                             carry_id = idv
                             carry_start = r
                             for j in range(V):
@@ -449,11 +532,9 @@ def rows_kernel(spec):
                     while own != 0:
                         r = wb + (cuda.ffs(own) - 1)
                         own = np.uint32(own & np.uint32(own - np.uint32(1)))
+                        load_row(values, r, f0, F, vrs, vfs, voff, got, 0)
                         for j in range(V):
-                            f = f0 + j * P
-                            if f < F:
-                                x = ACC(load_value(values, r * vrs + f * vfs + voff))
-                                cur[j] = combine(cur[j], x) if have != 0 else x
+                            cur[j] = combine(cur[j], got[j]) if have != 0 else got[j]
                         have = np.int32(1)
                     d = P
                     while d < 32:           # the groups' folds, across the warp
@@ -465,9 +546,7 @@ def rows_kernel(spec):
                         have = have | theirs
                         d *= 2
                     if t // P == lane // P:     # the leader's group updates (t varies: no unswitching)
-                        for j in range(V):
-                            flush(idv, cur[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                                  init, has_init)
+                        flush_all(idv, cur, np.int64(-1), f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
         if not span < spans:                        # a group past the last span writes nothing
             return
         if csr and r1 >= n:
@@ -477,9 +556,7 @@ def rows_kernel(spec):
         # the run open at the span's end
         if atomic or ordered_last:
             if carry_id != -2:
-                for j in range(V):
-                    flush(carry_id, carry_v[j], np.int64(-1), f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
-                          init, has_init)
+                flush_all(carry_id, carry_v, np.int64(-1), f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
         else:
             first_piece = 2 * span
             if carry_id == -2:                      # an empty span (no rows): two pieces of nothing
@@ -491,14 +568,14 @@ def rows_kernel(spec):
                 piece_id(pk, first_piece, carry_id, fl)
                 piece_id(pk, first_piece + 1, carry_id, fl)
                 for j in range(V):
-                    flush(carry_id, carry_v[j], first_piece, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                    flush(carry_id, carry_v[j], first_piece, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff, pv,
                           init, has_init)
-                    flush(carry_id, zero, first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff, pv,
+                    flush(carry_id, zero, first_piece + 1, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff, pv,
                           init, has_init)
             else:
                 piece_id(pk, first_piece + 1, carry_id, fl)
                 for j in range(V):
-                    flush(carry_id, carry_v[j], first_piece + 1, f0 + j * P, F, m, out, bits, ors, ofs, ooff,
+                    flush(carry_id, carry_v[j], first_piece + 1, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff,
                           pv, init, has_init)
 
     # (WARPS * 32, MIN_BLOCKS): 64 registers, 32 warps an SM (ptxas would take up to 80 for
@@ -595,8 +672,9 @@ def add_rows(b, spec, src, perm, values, n, m, F, out, bits, init, has_init, sta
               np.int64(spans), np.bool_(spans == 1), status, epoch, init, np.bool_(has_init), flag, gate_on))
     if spec.mode == "atomic":
         return
+    # (the pieces: rows of F accumulators, 256-byte aligned; quads stay where they are float32)
     level_spec = spec._replace(source="keys", key_dt=np.dtype(np.int64), in_dt=acc, gather=False, check=False,
-                               transform=None, steps=LEVEL_ROWS)
+                               transform=None, steps=LEVEL_ROWS, quads=spec.quads if acc == np.float32 else None)
     assert LEVEL_ROWS % level_spec.unroll == 0
     level = 0
     while spans > 1:
@@ -697,7 +775,9 @@ def _plan_into(key, k, v, o, *epoch):
             b.launch(unsorted_kernel(), ("rows-unsorted",), min(-(-n // nt), 1024), nt, (ks, np.int64(n), flag))
             gate = (flag, 1)
         if ordered or adaptive:
-            P, V, S, U = shape_for(F)
+            vflat = flat(vs)
+            quads = quads_for("ordered", op, F, vflat)
+            P, V, S, U = shape_for(F, quads=quads)
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
             iota = b.output(ks, n, idx_dt)
             # (adaptive: on sorted keys the grouping's kernels return at once too; its scans still run)
@@ -705,13 +785,15 @@ def _plan_into(key, k, v, o, *epoch):
             sk, perm, end = radix.group(b, ks, iota, m, 0, radix.group_buffers(b, ks, iota, m), status=status,
                                         epoch=epoch, on_bad=bykey._record_out_of_range, gate=gate)
             spec = Spec(op, "keys", sk.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "ordered", "into", True, False,
-                        transform)
-            add_rows(b, spec, sk, perm, flat(vs), n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
+                        transform, quads)
+            add_rows(b, spec, sk, perm, vflat, n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
         if not ordered:
-            P, V, S, U = shape_for(F, peers=PEERS)
+            vflat = flat(vs)
+            quads = quads_for("atomic", op, F, vflat, oflat, device_id)
+            P, V, S, U = shape_for(F, peers=PEERS, quads=quads)
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
-                        bool(check), transform)
-            add_rows(b, spec, ks, ks, flat(vs), n, m, F, oflat, bits, zero, False, status, epoch,
+                        bool(check), transform, quads)
+            add_rows(b, spec, ks, ks, vflat, n, m, F, oflat, bits, zero, False, status, epoch,
                      gate=None if gate is None else (gate[0], 0))
     if check:
         where = (device_id, handle)
@@ -741,11 +823,12 @@ def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_i
     if op.identity_for(acc_vt) is None:
         raise ValueError("cufold: segmented reductions of feature rows need an operator with an identity; "
                          "%s has none" % op.name)
-    P, V, S, U = shape_for(F)
-    oflat = flat(out)
+    oflat, vflat = flat(out), flat(vs)
+    quads = quads_for("ordered", op, F, vflat)
+    P, V, S, U = shape_for(F, quads=quads)
     spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, V, S, U, "ordered", "fresh",
-                False, False, transform)
-    add_rows(b, spec, off, off, flat(vs), n, m, F, oflat, oflat[0], init_value, has_init,
+                False, False, transform, quads)
+    add_rows(b, spec, off, off, vflat, n, m, F, oflat, oflat[0], init_value, has_init,
              bykey._quiet_status(b.device_id, b.stream), np.int64(0))
 
 

@@ -1211,6 +1211,13 @@ def l2_bytes(device_id):
     return cuda.gpus[device_id].L2_CACHE_SIZE
 
 
+def compute_capability(device_id):
+    """``(major, minor)`` of GPU ``device_id`` (9.0 in the simulator)."""
+    if SIMULATOR:
+        return (9, 0)
+    return _compute_capability(device_id)
+
+
 #: A launch shape: threads per block (``nt``) and items per thread (``vt``).
 Tile = collections.namedtuple("Tile", "nt vt")
 

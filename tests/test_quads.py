@@ -1,0 +1,29 @@
+"""cufold.quads: a thread's 16-byte float32 loads and atomic adds, in a user's kernel,
+against NumPy (np.add.at over rows of 4)."""
+
+import numpy as np
+from numba import cuda
+
+from conftest import SIMULATOR, to_device, to_host
+
+from cufold.quads import add4, load4
+
+
+@cuda.jit
+def scatter_rows(keys, x, out):
+    r = cuda.grid(1)
+    if r < keys.size:
+        a, b, c, d = load4(x, 4 * r)
+        add4(out, 4 * keys[r], a, b, c, d)
+
+
+def test_scatter_rows_of_four(rng):
+    n, m = (200, 7) if SIMULATOR else (100_000, 300)
+    keys = rng.integers(0, m, n).astype(np.int64)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    start = rng.standard_normal((m, 4)).astype(np.float32)
+    out = to_device(start.reshape(-1))
+    scatter_rows[-(-n // 64), 64](to_device(keys), to_device(x.reshape(-1)), out)
+    want = start.astype(np.float64)
+    np.add.at(want, keys, x.astype(np.float64))
+    np.testing.assert_allclose(to_host(out).reshape(m, 4), want, rtol=1e-4, atol=1e-3)
