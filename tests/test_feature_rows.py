@@ -201,7 +201,8 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
     reduction each (``rows.quads_for``: 'load4' where the values' quads are 16-byte aligned,
     'scalar' where not, none where out's are not), with a transform and a bad key; the
     ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED=1``) grouped by key and over
-    segments."""
+    segments; a float maximum's compare-and-swap rows a quad a lane
+    (``CUFOLD_ROWS_QUADS_CAS=1``)."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
     seen = []
@@ -247,6 +248,15 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
         got = cufold.segmented_reduce(dev_big[:, :F], to_device(off), cufold.maximum)
         assert "load4" in seen
         np.testing.assert_array_equal(to_host(got), reduceat_rows(big[:, :F], off, np.maximum, -np.inf))
+        # a compare-and-swap operator's atomic rows a quad a lane (where on), values aligned or not
+        monkeypatch.setattr(rows, "QUADS_CAS", True)
+        for dev_values, values, quads in ((dev_big[:, :F], big[:, :F], "load4"),
+                                          (dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar")):
+            seen.clear()
+            out = to_device(start[:, :F])
+            cufold.reduce_by_key_into(to_device(keys), dev_values, out, cufold.maximum)
+            assert quads in seen
+            np.testing.assert_array_equal(to_host(out), add_at_rows(start[:, :F], keys, values, np.maximum))
     finally:
         monkeypatch.undo()
         rows._into_programs.clear()

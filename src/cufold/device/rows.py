@@ -129,9 +129,13 @@ QUADS = os.environ.get("CUFOLD_ROWS_QUADS", "1") != "0"
 #: (``CUFOLD_ROWS_QUADS_ORDERED=1``). Off until measured: correct on an H200 (session 29),
 #: not yet timed against a feature a load.
 QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "0") != "0"
+#: ``atomic`` rows of a compare-and-swap operator (a float maximum) go a quad a lane too
+#: (``CUFOLD_ROWS_QUADS_CAS=1``): half the lanes a row, twice the spans (and their
+#: round trips to ``out``) in flight a warp. Off until measured (session 29: not on a GPU).
+QUADS_CAS = os.environ.get("CUFOLD_ROWS_QUADS_CAS", "0") != "0"
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
-                              "gather check transform quads", defaults=(None, None))
+                              "gather check transform quads add4", defaults=(None, None, False))
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
@@ -139,8 +143,8 @@ array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'a
 record keys out of range; ``transform``: None or an ops.Transform of one ``in_dt`` item,
 applied to every value (each feature of a row alone) as it is loaded; ``quads``: None, or
 (see :func:`quads_for`) a lane's ``V = 4`` features are consecutive (``f = 4 * l + j``),
-'load4' if they come in one 16-byte load, 'scalar' if not; ``atomic`` rows then flush a
-run's four totals as one 16-byte reduction (``cufold.quads.add4``)."""
+'load4' if they come in one 16-byte load, 'scalar' if not; ``add4``: (``atomic`` quads) a
+run's four totals go to ``out`` as one 16-byte reduction (``cufold.quads.add4``)."""
 
 
 def lanes_for(F):
@@ -154,27 +158,33 @@ def lanes_for(F):
 
 
 def quads_for(mode, op, F, values, out=None, device_id=0):
-    """Whether rows of ``F`` features (flat views as :func:`flat` gives them) go four
-    consecutive features a lane (``Spec.quads``), or None.
+    """``(quads, add4)`` of ``Spec`` for rows of ``F`` features (flat views as :func:`flat`
+    gives them): whether a lane holds four consecutive features ('load4' where the values'
+    quads are 16-byte aligned float32, else 'scalar'; None: a feature every ``P`` lanes),
+    and whether its runs go to ``out`` as 16-byte reductions.
 
-    ``atomic`` rows: where four features can be one 16-byte atomic reduction (a float32
-    sum, ``F`` a multiple of 4, ``out``'s quads 16-byte aligned, sm_90 on): 'load4' where
-    the values' quads are 16-byte aligned float32 too, else 'scalar'. An L2 atomic unit
-    takes a 16-byte reduction for about the price of a 4-byte one, and shuffled keys'
-    updates are what such rows cost (F = 16 sum, E = 4M shuffled power-law keys, H200:
-    488 -> 345 us). ``ordered`` rows: 'load4' where the values' quads are aligned float32
-    (one 16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
+    ``atomic`` rows: quads with ``add4`` where four features can be one 16-byte atomic
+    reduction (a float32 sum, ``F`` a multiple of 4, ``out``'s quads 16-byte aligned, sm_90
+    on). An L2 atomic unit takes a 16-byte reduction for about the price of a 4-byte one,
+    and shuffled keys' updates are what such rows cost (F = 16 sum, E = 4M shuffled
+    power-law keys, H200: 488 -> 345 us). With ``QUADS_CAS``, quads without ``add4`` for a
+    compare-and-swap operator. ``ordered`` rows: 'load4' where the values' quads are
+    aligned (one 16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
     vflat, vrs, vfs, voff = values
-    aligned = (vflat.dtype == np.float32 and F % 4 == 0 and vfs == 1 and vrs % 4 == 0 and voff % 4 == 0
-               and vflat.ptr % 16 == 0)
+    if F % 4:
+        return None, False
+    aligned = vflat.dtype == np.float32 and vfs == 1 and vrs % 4 == 0 and voff % 4 == 0 and vflat.ptr % 16 == 0
+    loads = "load4" if aligned else "scalar"
     if mode == "ordered":
-        return "load4" if QUADS_ORDERED and aligned else None
+        return ("load4" if QUADS_ORDERED and aligned else None), False
     oflat, ors, ofs, ooff = out
-    if not (QUADS and op.atomic == "add" and oflat.dtype == np.float32 and F % 4 == 0 and ofs == 1
-            and ors % 4 == 0 and ooff % 4 == 0 and oflat.ptr % 16 == 0
-            and _launch.compute_capability(device_id) >= (9, 0)):
-        return None
-    return "load4" if aligned else "scalar"
+    if (QUADS and op.atomic == "add" and oflat.dtype == np.float32 and ofs == 1 and ors % 4 == 0
+            and ooff % 4 == 0 and oflat.ptr % 16 == 0 and _launch.compute_capability(device_id) >= (9, 0)):
+        return loads, True
+    from . import bykey
+    if QUADS_CAS and bykey._atomic_mode(op, oflat.dtype) == "cas":
+        return loads, False
+    return None, False
 
 
 def shape_for(F, peers=False, quads=None):
@@ -242,7 +252,9 @@ def rows_kernel(spec):
     G = 32 // P
     quads = spec.quads is not None
     load4 = spec.quads == "load4"
+    red4 = bool(spec.add4)
     assert not quads or V == 4
+    assert not red4 or (quads and spec.mode == "atomic")
     FSTEP = 1 if quads else P                   # feature j of a lane: f0 + j * FSTEP
     S, U = spec.steps, spec.unroll
     CHUNK = P * V
@@ -354,15 +366,15 @@ def rows_kernel(spec):
                 else:
                     out[ix] = OUT(combine(ACC(out[ix]), v))
 
-    add4 = _quads.add4
+    add_quad = _quads.add4
 
     @cuda.jit(device=True)
     def flush_all(idv, vals, piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init):
         """This lane's features of a run (``vals``: ``V`` accumulators), each as ``flush``
-        does; atomic quads: one 16-byte reduction of the four."""
-        if quads and atomic:
+        does; ``add4``: one 16-byte reduction of the four."""
+        if red4:
             if f0 < F and idv >= 0 and idv < m:
-                add4(out, idv * ors + f0 + ooff, OUT(vals[0]), OUT(vals[1]), OUT(vals[2]), OUT(vals[3]))
+                add_quad(out, idv * ors + f0 + ooff, OUT(vals[0]), OUT(vals[1]), OUT(vals[2]), OUT(vals[3]))
         else:
             for j in range(V):
                 flush(idv, vals[j], piece, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
@@ -776,7 +788,7 @@ def _plan_into(key, k, v, o, *epoch):
             gate = (flag, 1)
         if ordered or adaptive:
             vflat = flat(vs)
-            quads = quads_for("ordered", op, F, vflat)
+            quads, _ = quads_for("ordered", op, F, vflat)
             P, V, S, U = shape_for(F, quads=quads)
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
             iota = b.output(ks, n, idx_dt)
@@ -789,10 +801,10 @@ def _plan_into(key, k, v, o, *epoch):
             add_rows(b, spec, sk, perm, vflat, n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
         if not ordered:
             vflat = flat(vs)
-            quads = quads_for("atomic", op, F, vflat, oflat, device_id)
+            quads, add4 = quads_for("atomic", op, F, vflat, oflat, device_id)
             P, V, S, U = shape_for(F, peers=PEERS, quads=quads)
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
-                        bool(check), transform, quads)
+                        bool(check), transform, quads, add4)
             add_rows(b, spec, ks, ks, vflat, n, m, F, oflat, bits, zero, False, status, epoch,
                      gate=None if gate is None else (gate[0], 0))
     if check:
@@ -824,7 +836,7 @@ def add_segments(b, op, acc_vt, out_vt, vs, off, n, m, F, out, init_value, has_i
         raise ValueError("cufold: segmented reductions of feature rows need an operator with an identity; "
                          "%s has none" % op.name)
     oflat, vflat = flat(out), flat(vs)
-    quads = quads_for("ordered", op, F, vflat)
+    quads, _ = quads_for("ordered", op, F, vflat)
     P, V, S, U = shape_for(F, quads=quads)
     spec = Spec(op, "csr", off.dtype, vs.dtype, acc_vt.fields[0], out_vt.fields[0], P, V, S, U, "ordered", "fresh",
                 False, False, transform, quads)
