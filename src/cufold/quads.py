@@ -10,7 +10,8 @@ rows by key into a table, shuffled keys), four features in one operation cut tha
     fire-and-forget reduction (no result; relaxed, GPU scope, as ``cuda.atomic.add``).
 ``load4(array, i)``
     ``(array[i], ..., array[i + 3])`` as one streamed 16-byte load (``ld.global.cs``:
-    evict first, as ``cuda.ldcs``).
+    evict first, as ``cuda.ldcs``), of memory the kernel does not write (the compiler
+    may reorder or merge it as a pure read).
 
 ``array``: a 1-D float32 array in global memory; element ``i`` must be 16-byte aligned
 (the address of ``array[0]`` and ``i`` multiples of 16 bytes and of 4: the caller's host
