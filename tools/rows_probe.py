@@ -189,8 +189,9 @@ def main(argv=None):
             print("%s failed:\n%s" % (name, out.stderr[-2000:]))
             continue
         columns[name] = {tuple(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1])}
-    print(table(columns, features))
-    print("(%.0f s)" % (time.time() - t0))
+        # the table so far after each setting: a time limit that cuts the run keeps the rest
+        print(table(columns, features))
+        print("(%s done, %.0f s)" % (name, time.time() - t0), flush=True)
 
 
 if __name__ == "__main__":
