@@ -139,8 +139,6 @@ fake_status = _pytypes.SimpleNamespace(kernel=(arr(np.int64, 2), arr(np.int64, 1
 BK._status = lambda dev, stream, check: (fake_status, 1 if check else 0)
 BK._resident_blocks = lambda *args: 132 * 4          # an H100's grid (no GPU to ask)
 H.sm_count = lambda dev: 132
-L.l2_bytes = lambda dev: 50 << 20        # an H100 (the adaptive feature rows compare out with it)
-L.compute_capability = lambda dev: (9, 0)
 before = len(compiled)
 n = 1 << 20
 f32, i32 = arr(np.float32, n), arr(np.int32, n)
@@ -395,7 +393,6 @@ print("%d reproducible kernels compiled; all in %.1f s" % (len(compiled) - befor
 # tiles (one tile a row; several, packed and wide states), columns (no chunks; chunks with a
 # lanes spine and with a tiles spine), the gather fallback (4-D permuted; axis=None of a
 # transposed matrix), reversed views, tuple values (the affine recurrence) and int32 -> int64.
-L.sm_count = lambda dev: 132
 before = len(compiled)
 affine = cufold.Op(lambda p, q: (p[0] * q[0], p[1] * q[0] + q[1]), name="affine")
 SCAN_AXES = [  # (dtype(s), shape, strides, axis, op, kind, numpy_sum, reverse)

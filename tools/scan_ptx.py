@@ -55,9 +55,6 @@ def _fake(nbytes):
 # No device memory: workspaces and look-back state are fake descriptors.
 S._launch.workspace = lambda dev, stream, nbytes: (0x100000, _fake(max(nbytes, 256)))
 S._launch.zeros = lambda dev, stream, nbytes: _fake(nbytes)
-S._launch.sm_count = lambda dev: 132          # an H100 (the axis kernels size their grids by it)
-S._launch.l2_bytes = lambda dev: 50 << 20     # an H100 (what the adaptive feature rows compare out with)
-S._launch.compute_capability = lambda dev: (9, 0)
 
 launched = []
 L = importlib.import_module("cufold.host.launch")

@@ -147,12 +147,16 @@ applied to every value (each feature of a row alone) as it is loaded; ``quads``:
 run's four totals go to ``out`` as one 16-byte reduction (``cufold.quads.add4``)."""
 
 
-def lanes_for(F):
+def lanes_for(F, quads=False):
     """Lanes per row: the power of two ``>= F`` up to ``SMALL_LANES`` (rows of more
-    features up to 32: ``SMALL_LANES``, several features a lane; more than 32: 32), and
-    ``>= LANES_MIN``."""
+    features up to 32: ``SMALL_LANES``, several features a lane; more than 32: 32), or
+    (``quads``: four features a lane) ``>= F / 4`` up to 32; and ``>= LANES_MIN``."""
+    if quads:
+        want = -(-F // 4)
+    else:
+        want = F if F <= SMALL_LANES or F > 32 else SMALL_LANES
     p = 1
-    while p < min(max(F if F <= SMALL_LANES or F > 32 else SMALL_LANES, LANES_MIN), 32):
+    while p < min(max(want, LANES_MIN), 32):
         p *= 2
     return p
 
@@ -195,17 +199,14 @@ def shape_for(F, peers=False, quads=None):
     instructions a row; ``P >= 8`` keeps each load of a row whole 32-byte sectors. Rows of
     more than 32 features: a warp a row, up to 128 features (``grid.y``: the chunks).
     ``peers``: the atomic rows' windows (``min(P, span)`` rows of a group) are whole
-    unrolled chunks."""
+    unrolled chunks. ``quads`` (``Spec.quads``): four consecutive features a lane."""
+    p = lanes_for(F, bool(quads))
     if quads:                               # 4 consecutive features a lane: a lane a quad
-        p, vec = max(LANES_MIN, 1), 4
-        while p < min(-(-F // 4), 32):
-            p *= 2
+        vec = 4
+    elif F <= 32:
+        vec = -(-F // p)
     else:
-        p = lanes_for(F)
-        if F <= 32:
-            vec = -(-F // p)
-        else:
-            vec = min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
+        vec = min(4, 1 << max(0, (-(-F // 32) - 1).bit_length()))
     if SIMULATOR:
         unroll, steps = 2, 8
     else:
@@ -776,7 +777,7 @@ def _plan_into(key, k, v, o, *epoch):
                 and F >= ADAPTIVE_MIN_FEATURES
                 and (mode == "cas" or m * F * o.dtype.itemsize > _launch.l2_bytes(device_id)))
     if n > 0 and F > 0:         # m == 0 too: every key is out of range (reported)
-        oflat = flat(os_)
+        oflat, vflat = flat(os_), flat(vs)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
         zero = out_vt.make(op.identity_for(out_vt) if op.identity_for(out_vt) is not None else 0)
         nt = 64 if SIMULATOR else 256
@@ -787,7 +788,6 @@ def _plan_into(key, k, v, o, *epoch):
             b.launch(unsorted_kernel(), ("rows-unsorted",), min(-(-n // nt), 1024), nt, (ks, np.int64(n), flag))
             gate = (flag, 1)
         if ordered or adaptive:
-            vflat = flat(vs)
             quads, _ = quads_for("ordered", op, F, vflat)
             P, V, S, U = shape_for(F, quads=quads)
             idx_dt = np.dtype(np.int32 if n < (1 << 31) else np.int64)
@@ -800,7 +800,6 @@ def _plan_into(key, k, v, o, *epoch):
                         transform, quads)
             add_rows(b, spec, sk, perm, vflat, n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
         if not ordered:
-            vflat = flat(vs)
             quads, add4 = quads_for("atomic", op, F, vflat, oflat, device_id)
             P, V, S, U = shape_for(F, peers=PEERS, quads=quads)
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,

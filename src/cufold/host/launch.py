@@ -493,7 +493,10 @@ def _primary_context(dev):
 _cc = {}
 
 
-def _compute_capability(dev):
+def compute_capability(dev):
+    """``(major, minor)`` of GPU ``dev`` (9.0 in the simulator)."""
+    if SIMULATOR:
+        return (9, 0)
     cc = _cc.get(dev)
     if cc is None:
         cc = _cc[dev] = tuple(cuda.gpus[dev].compute_capability)
@@ -746,7 +749,7 @@ class Kernel:
             handle = None
             path = None
             if self.disk_key is not None and _disk_enabled():
-                cc = _compute_capability(dev)
+                cc = compute_capability(dev)
                 path = _cache_path(self.disk_key, self.signature, self.jit_options, cc)
                 got = _read_cubin(path)
                 if got is not None:
@@ -1209,13 +1212,6 @@ def l2_bytes(device_id):
     if SIMULATOR:
         return 16 << 10
     return cuda.gpus[device_id].L2_CACHE_SIZE
-
-
-def compute_capability(device_id):
-    """``(major, minor)`` of GPU ``device_id`` (9.0 in the simulator)."""
-    if SIMULATOR:
-        return (9, 0)
-    return _compute_capability(device_id)
 
 
 #: A launch shape: threads per block (``nt``) and items per thread (``vt``).
