@@ -143,6 +143,15 @@ def test_into_in_order_and_cas(rng):
     x[5, 1] = np.nan
     got = cufold.reduce_by_key_into(to_device(keys), to_device(x), to_device(np.zeros((m, F))), cufold.minimum)
     np.testing.assert_array_equal(to_host(got), add_at_rows(np.zeros((m, F)), keys, x, np.minimum))
+    # 32-bit words, 8 features: a quad a lane, out's four words read at once ('cas4'; sorted
+    # keys: the adaptive call takes the atomic rows)
+    signs = rng.choice(np.array([-1, 1], np.int32), (N, 8))
+    got = cufold.reduce_by_key_into(to_device(np.sort(keys)), to_device(signs), to_device(np.ones((m, 8), np.int32)),
+                                    cufold.multiplies)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.ones((m, 8)), np.sort(keys), signs, np.multiply))
+    x32 = rng.standard_normal((N, 8)).astype(np.float32)
+    got = cufold.reduce_by_key_into(to_device(keys), to_device(x32), to_device(np.full((m, 8), -9, np.float32)), bigger)
+    np.testing.assert_array_equal(to_host(got), add_at_rows(np.full((m, 8), -9.0), keys, x32, np.maximum))
 
 
 @pytest.mark.parametrize("F", [3, 40])
@@ -200,14 +209,16 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
     """Float32 sums of F = 4k features: four consecutive features a lane, one 16-byte
     reduction each (``rows.quads_for``: 'load4' where the values' quads are 16-byte aligned,
     'scalar' where not, none where out's are not), with a transform and a bad key; the
-    ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED=1``) grouped by key and over
-    segments; a float maximum's compare-and-swap rows a quad a lane
-    (``CUFOLD_ROWS_QUADS_CAS=1``)."""
+    ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED``, on and off) grouped by key and
+    over segments; a float maximum's compare-and-swap rows a quad a lane
+    (``CUFOLD_ROWS_QUADS_CAS``, on and off), reading the four words of out at once where
+    out's quads are aligned ('cas4')."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
-    seen = []
+    seen, flushes = [], []
     kernel = rows.rows_kernel
-    monkeypatch.setattr(rows, "rows_kernel", lambda spec: seen.append(spec.quads) or kernel(spec))
+    monkeypatch.setattr(rows, "rows_kernel",
+                        lambda spec: seen.append(spec.quads) or flushes.append(spec.flush4) or kernel(spec))
     rows._into_programs.clear()
     rows._segment_programs.clear()
     try:
@@ -236,27 +247,39 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
         bad[n // 3] = -1
         with pytest.raises(IndexError, match="key -1 at position %d" % (n // 3)):
             cufold.reduce_by_key_into(to_device(bad), dev_big[:, :F], to_device(start[:, :F]))
-        # ordered rows (grouped by key; over segments) load a quad at once (where on)
-        monkeypatch.setattr(rows, "QUADS_ORDERED", True)
-        seen.clear()
-        out = to_device(start[:, :F])
-        cufold.reduce_by_key_into(to_device(keys), dev_big[:, :F], out, deterministic=True)
-        assert "load4" in seen
-        np.testing.assert_allclose(to_host(out), add_at_rows(start[:, :F], keys, big[:, :F]), rtol=1e-4, atol=2e-3)
+        # ordered rows (grouped by key; over segments) load a quad at once (where on: the default)
         off = make_offsets(rng, 9, n)
-        seen.clear()
-        got = cufold.segmented_reduce(dev_big[:, :F], to_device(off), cufold.maximum)
-        assert "load4" in seen
-        np.testing.assert_array_equal(to_host(got), reduceat_rows(big[:, :F], off, np.maximum, -np.inf))
-        # a compare-and-swap operator's atomic rows a quad a lane (where on), values aligned or not
-        monkeypatch.setattr(rows, "QUADS_CAS", True)
-        for dev_values, values, quads in ((dev_big[:, :F], big[:, :F], "load4"),
-                                          (dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar")):
+        for on in (True, False):
+            monkeypatch.setattr(rows, "QUADS_ORDERED", on)
+            rows._into_programs.clear()          # (the plans hold the kernels chosen)
+            rows._segment_programs.clear()
             seen.clear()
             out = to_device(start[:, :F])
+            cufold.reduce_by_key_into(to_device(keys), dev_big[:, :F], out, deterministic=True)
+            assert ("load4" if on else None) in seen and ("load4" in seen) == on
+            np.testing.assert_allclose(to_host(out), add_at_rows(start[:, :F], keys, big[:, :F]), rtol=1e-4,
+                                       atol=2e-3)
+            seen.clear()
+            got = cufold.segmented_reduce(dev_big[:, :F], to_device(off), cufold.maximum)
+            assert ("load4" in seen) == on
+            np.testing.assert_array_equal(to_host(got), reduceat_rows(big[:, :F], off, np.maximum, -np.inf))
+        # a compare-and-swap operator's atomic rows a quad a lane (where on: the default),
+        # values aligned or not, out's words read four at once where out's quads are aligned
+        dev_start = to_device(start)
+        for on, dev_values, values, quads, out, flush4 in (
+                (True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, :F], "cas4"),
+                (True, dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar", dev_start[:, :F], "cas4"),
+                (True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, 1:F + 1], None),
+                (False, dev_big[:, :F], big[:, :F], None, dev_start[:, :F], None)):
+            monkeypatch.setattr(rows, "QUADS_CAS", on)
+            rows._into_programs.clear()          # (the plans hold the kernels chosen)
+            rows._segment_programs.clear()
+            seen.clear()
+            flushes.clear()
+            start_view = to_host(out)
             cufold.reduce_by_key_into(to_device(keys), dev_values, out, cufold.maximum)
-            assert quads in seen
-            np.testing.assert_array_equal(to_host(out), add_at_rows(start[:, :F], keys, values, np.maximum))
+            assert quads in seen and flush4 in flushes
+            np.testing.assert_array_equal(to_host(out), add_at_rows(start_view, keys, values, np.maximum))
     finally:
         monkeypatch.undo()
         rows._into_programs.clear()

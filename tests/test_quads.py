@@ -1,12 +1,14 @@
 """cufold.quads: a thread's 16-byte float32 loads and atomic adds, in a user's kernel,
-against NumPy (np.add.at over rows of 4)."""
+against NumPy (np.add.at over rows of 4); 16-byte reads of 32-bit words."""
 
 import numpy as np
 from numba import cuda
 
 from conftest import SIMULATOR, to_device, to_host
 
-from cufold.quads import add4, load4
+import pytest
+
+from cufold.quads import add4, load4, read4
 
 
 @cuda.jit
@@ -27,3 +29,19 @@ def test_scatter_rows_of_four(rng):
     want = start.astype(np.float64)
     np.add.at(want, keys, x.astype(np.float64))
     np.testing.assert_allclose(to_host(out).reshape(m, 4), want, rtol=1e-4, atol=1e-3)
+
+
+@cuda.jit
+def copy_quads(x, y):
+    q = cuda.grid(1)
+    if 4 * q < x.size:
+        a, b, c, d = read4(x, 4 * q)
+        y[4 * q], y[4 * q + 1], y[4 * q + 2], y[4 * q + 3] = d, c, b, a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
+def test_read4_words(rng, dtype):
+    x = rng.integers(0, 1 << 30, 4 * 50).astype(dtype) * dtype(3)
+    y = to_device(np.full(x.size, 7, dtype))
+    copy_quads[4, 16](to_device(x), y)
+    np.testing.assert_array_equal(to_host(y), x.reshape(-1, 4)[:, ::-1].reshape(-1))

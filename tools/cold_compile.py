@@ -1,6 +1,7 @@
 """Where the first call of a reduce with a user's operator spends its time, stage by stage.
 
     PYTHONPATH=src python tools/cold_compile.py [--op lambda|commutative|plus] [--n N] [--cache-dir DIR]
+                                                [--functions K]
 
 The call is ``cufold.reduce(x, op)`` on a float32 array (``lambda``: a plain lambda,
 taken as non-commutative; ``commutative``: ``cufold.Op(lambda, commutative=True)``;
@@ -17,6 +18,9 @@ exclusive (a stage nested in another is not counted twice):
   ptxas (nvJitLink)      PTX -> cubin, through the linker
   module load            cuModuleLoadData (a GPU only)
   disk cache             reading and writing cubins (``CUFOLD_CACHE_DIR``)
+
+``--functions K``: also the K functions that cost most, each through Numba's front end
+(``compile_cuda``: its passes, typing and lowering, exclusive of the functions it calls).
 
 Without a GPU (no /dev/nvidia*) the call is made for a pretend sm_90a device: the kernel
 goes through the real ``_launch.Kernel._entry`` (disk cache included) with the driver's
@@ -175,6 +179,7 @@ def main():
     ap.add_argument("--op", choices=("lambda", "commutative", "plus"), default="lambda")
     ap.add_argument("--n", type=int, default=1 << 24)
     ap.add_argument("--cache-dir", help="CUFOLD_CACHE_DIR (default: a new empty folder)")
+    ap.add_argument("--functions", type=int, default=0, help="list the K costliest functions")
     a = ap.parse_args()
     os.environ["CUFOLD_CACHE_DIR"] = a.cache_dir or tempfile.mkdtemp(prefix="cufold-cold-")
     stages = Stages()
@@ -182,6 +187,10 @@ def main():
         import numpy as np
         import cufold
     instrument(stages)
+    functions = Stages()
+    if a.functions:
+        from numba.cuda import dispatcher
+        functions.wrap(dispatcher, "compile_cuda", lambda pyfunc, *args: getattr(pyfunc, "__qualname__", "?"))
     op = {"lambda": lambda a, b: max(a, b),
           "commutative": cufold.Op(lambda a, b: max(a, b), commutative=True),
           "plus": cufold.plus}[a.op]
@@ -208,6 +217,12 @@ def main():
                                           stages.calls[name]))
     if not GPU:
         print("  (module load: no GPU here)")
+    if a.functions:
+        ranked = sorted(functions.seconds.items(), key=lambda kv: -kv[1])
+        print("  %-40s %9s %6s   (%d functions, %.3f s)" % ("function (compile_cuda, exclusive)", "wall s", "calls",
+                                                             len(ranked), sum(functions.seconds.values())))
+        for name, sec in ranked[:a.functions]:
+            print("  %-40s %9.3f %6d" % (name[:40], sec, functions.calls[name]))
     print("kernels: %d; loaded from disk: %s; cache %s"
           % (len(kernels), [k.loaded_from_disk for k in kernels], os.environ["CUFOLD_CACHE_DIR"]))
     if GPU:

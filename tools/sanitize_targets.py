@@ -172,6 +172,16 @@ for name, view in (("load4", slice(0, 16)), ("scalar loads", slice(1, 17))):
     want_rows = np.zeros((500, 16))
     np.add.at(want_rows, fk, qv[:, view])
     check("feature rows quads (%s)" % name, qo.copy_to_host(), want_rows, exact=False)
+    # a float maximum's compare-and-swap rows a quad a lane, out's four words in one read
+    # ('cas4'); the ordered rows' quad loads (grouped by key)
+    qo = cuda.to_device(np.full((500, 16), -np.inf, np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(fk), cuda.to_device(qv)[:, view], qo, cufold.maximum)
+    want_max = np.full((500, 16), -np.inf)
+    np.maximum.at(want_max, fk, qv[:, view])
+    check("feature rows quads maximum (%s)" % name, qo.copy_to_host(), want_max)
+    qo = cuda.to_device(np.zeros((500, 16), np.float32))
+    cufold.reduce_by_key_into(cuda.to_device(fk), cuda.to_device(qv)[:, view], qo, deterministic=True)
+    check("feature rows quads deterministic (%s)" % name, qo.copy_to_host(), want_rows, exact=False)
 # the default's adaptive feature rows (a float maximum, 2^16+ rows: the GPU picks atomic runs
 # for sorted keys, grouped rows for shuffled ones; the other path's kernels return at once)
 ak = np.sort(rng.integers(0, 500, 70000)).astype(np.int64)

@@ -13,6 +13,11 @@ rows by key into a table, shuffled keys), four features in one operation cut tha
     evict first, as ``cuda.ldcs``), of memory the kernel does not write (the compiler
     may reorder or merge it as a pure read).
 
+``read4(array, i)``
+    ``(array[i], ..., array[i + 3])`` as one 16-byte load of memory that other threads may
+    be updating (a plain load, kept in its place among the thread's atomics): the words a
+    compare-and-swap starts from. ``array`` may be float32, int32 or uint32.
+
 ``array``: a 1-D float32 array in global memory; element ``i`` must be 16-byte aligned
 (the address of ``array[0]`` and ``i`` multiples of 16 bytes and of 4: the caller's host
 side checks, as ``cufold.device.rows.quads_for`` does); sm_90 or later for ``add4``. In
@@ -34,7 +39,7 @@ Example, inside a user's kernel (rows of 4 features, flat 1-D arrays)::
 
 from numba import config, cuda
 
-__all__ = ["add4", "load4"]
+__all__ = ["add4", "load4", "read4"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -50,6 +55,8 @@ if SIMULATOR:
     def load4(array, i):
         return array[i], array[i + 1], array[i + 2], array[i + 3]
 
+    read4 = load4
+
 else:
     from llvmlite import ir
     from numba import types
@@ -57,6 +64,10 @@ else:
 
     def _f32_array(array):
         return isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.float32
+
+    def _words_array(array):
+        return (isinstance(array, types.Array) and array.ndim == 1
+                and array.dtype in (types.float32, types.int32, types.uint32))
 
     def _element(context, builder, array_type, array, index):
         """The address of ``array[index]`` (no bounds or wraparound: the caller's index is valid)."""
@@ -92,6 +103,26 @@ else:
             f32 = ir.FloatType()
             fn = ir.FunctionType(ir.LiteralStructType([f32] * 4), [ptr.type])
             ld = ir.InlineAsm(fn, "ld.global.cs.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l")
+            got = builder.call(ld, [ptr])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(got, j) for j in range(4)])
+
+        return sig, codegen
+
+    @intrinsic
+    def read4(typingctx, array, index):
+        if not (_words_array(array) and isinstance(index, types.Integer)):
+            return None
+        dt = array.dtype
+        sig = types.UniTuple(dt, 4)(array, types.int64)
+        kind, reg = ("f32", "f") if dt == types.float32 else ("b32", "r")
+
+        def codegen(context, builder, sig, args):
+            ptr = _element(context, builder, sig.args[0], args[0], args[1])
+            word = context.get_value_type(dt)
+            fn = ir.FunctionType(ir.LiteralStructType([word] * 4), [ptr.type])
+            # a side effect: not merged with, nor moved across, the thread's atomics
+            ld = ir.InlineAsm(fn, "ld.global.v4.%s {$0, $1, $2, $3}, [$4];" % kind,
+                              ",".join(["=" + reg] * 4) + ",l,~{memory}", side_effect=True)
             got = builder.call(ld, [ptr])
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(got, j) for j in range(4)])
 

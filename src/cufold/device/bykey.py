@@ -320,9 +320,11 @@ def _updater(op, out_dt, mode, wide=True):
         word, step = "bits", "combine(old.view(T), v).view(I)"
     else:
         word, step = "out", "combine(old, v)"
-    src = ("def update(out, bits, idx, v):\n"
+    # mode 'cas_from': ``update(out, bits, idx, v, old)``, the loop from a word read before
+    # (floats: its bits), as a 16-byte read gives four (a stale word only costs a retry)
+    src = ("def update(out, bits, idx, v{arg}):\n"
            "    u = {i}\n"
-           "    old = {w}[u]\n"
+           "{read}"
            "    while True:\n"
            "        new = {s}\n"
            "        if new == old:\n"
@@ -330,7 +332,9 @@ def _updater(op, out_dt, mode, wide=True):
            "        seen = cuda.atomic.cas({w}, u, old, new)\n"
            "        if seen == old:\n"
            "            break\n"
-           "        old = seen\n").format(w=word, s=step, i=_index_expr(wide))
+           "        old = seen\n").format(w=word, s=step, i=_index_expr(wide),
+                                    arg=", old" if mode == "cas_from" else "",
+                                    read="" if mode == "cas_from" else "    old = %s[u]\n" % word)
     return _codegen.build(src, "update", env)
 
 

@@ -30,7 +30,9 @@ span, a warp ``G = 32 / P`` spans side by side:
   ``plus``/``min``/``max`` on integers, ``plus`` on floats; a compare-and-swap loop
   otherwise: ``bykey._updater``), for ``reduce_by_key_into``'s default. Float32 sums of
   ``F = 4k`` features go a *quad* a lane (four consecutive features, ``quads_for``): a
-  run's four totals are one 16-byte reduction (``cufold.quads.add4``). The spans go in
+  run's four totals are one 16-byte reduction (``cufold.quads.add4``); compare-and-swap
+  rows of ``F = 4k`` 32-bit features go a quad a lane too, reading a run's four words in
+  one 16-byte load (``cufold.quads.read4``). The spans go in
   windows of 32 rows a warp (``min(P, SPAN_ROWS)`` rows of each group's span, one key a
   lane): a ``match_any`` over the window's keys finds keys that repeat there but not
   next to each other in one span (a power law's hot keys in shuffled order); each group
@@ -126,16 +128,18 @@ LANES_MIN = int(os.environ.get("CUFOLD_ROWS_LANES", "1"))
 #: (``quads_for``; ``CUFOLD_ROWS_QUADS=0``: a feature an atomic).
 QUADS = os.environ.get("CUFOLD_ROWS_QUADS", "1") != "0"
 #: ``ordered`` rows of aligned float32 values load four features of a row at once
-#: (``CUFOLD_ROWS_QUADS_ORDERED=1``). Off until measured: correct on an H200 (session 29),
-#: not yet timed against a feature a load.
-QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "0") != "0"
+#: (``CUFOLD_ROWS_QUADS_ORDERED=0``: a feature a load). H200, E = 4M shuffled rows grouped
+#: by key: F = 256 sum 2710 -> 1863 us, F = 64 maximum 1106 -> 878; F = 16 unchanged.
+QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "1") != "0"
 #: ``atomic`` rows of a compare-and-swap operator (a float maximum) go a quad a lane too
-#: (``CUFOLD_ROWS_QUADS_CAS=1``): half the lanes a row, twice the spans (and their
-#: round trips to ``out``) in flight a warp. Off until measured (session 29: not on a GPU).
-QUADS_CAS = os.environ.get("CUFOLD_ROWS_QUADS_CAS", "0") != "0"
+#: (``CUFOLD_ROWS_QUADS_CAS=0``: a feature every ``P`` lanes), reading a run's four words of
+#: ``out`` in one 16-byte load where ``out``'s quads are aligned: one round trip where there
+#: were two to four, each waiting on the previous feature's loop. H200, E = 4M power-law
+#: rows: F = 16 shuffled maximum 757 -> 675 us, sorted 382 -> 343; F = 256 sorted 2004 -> 1721.
+QUADS_CAS = os.environ.get("CUFOLD_ROWS_QUADS_CAS", "1") != "0"
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
-                              "gather check transform quads add4", defaults=(None, None, False))
+                              "gather check transform quads flush4", defaults=(None, None, None))
 Spec.__doc__ = """What a rows kernel is compiled for: ``source`` 'keys' (ids read from a key
 array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'atomic' or
 'ordered'; ``write`` 'into' (``out = op(out, total)``) or 'fresh' (``init op total``);
@@ -143,8 +147,10 @@ array, ``gather``: through a row index) or 'csr' (ids from offsets); ``mode`` 'a
 record keys out of range; ``transform``: None or an ops.Transform of one ``in_dt`` item,
 applied to every value (each feature of a row alone) as it is loaded; ``quads``: None, or
 (see :func:`quads_for`) a lane's ``V = 4`` features are consecutive (``f = 4 * l + j``),
-'load4' if they come in one 16-byte load, 'scalar' if not; ``add4``: (``atomic`` quads) a
-run's four totals go to ``out`` as one 16-byte reduction (``cufold.quads.add4``)."""
+'load4' if they come in one 16-byte load, 'scalar' if not; ``flush4``: (``atomic`` quads,
+``out``'s quads 16-byte aligned) None, 'add4' (a run's four totals go to ``out`` as one
+16-byte reduction, ``cufold.quads.add4``) or 'cas4' (one 16-byte read of the four words,
+``cufold.quads.read4``, then a compare-and-swap for each that the run changes)."""
 
 
 def lanes_for(F, quads=False):
@@ -162,33 +168,36 @@ def lanes_for(F, quads=False):
 
 
 def quads_for(mode, op, F, values, out=None, device_id=0):
-    """``(quads, add4)`` of ``Spec`` for rows of ``F`` features (flat views as :func:`flat`
+    """``(quads, flush4)`` of ``Spec`` for rows of ``F`` features (flat views as :func:`flat`
     gives them): whether a lane holds four consecutive features ('load4' where the values'
     quads are 16-byte aligned float32, else 'scalar'; None: a feature every ``P`` lanes),
-    and whether its runs go to ``out`` as 16-byte reductions.
+    and how its runs go to ``out`` (``Spec.flush4``).
 
-    ``atomic`` rows: quads with ``add4`` where four features can be one 16-byte atomic
+    ``atomic`` rows: quads with 'add4' where four features can be one 16-byte atomic
     reduction (a float32 sum, ``F`` a multiple of 4, ``out``'s quads 16-byte aligned, sm_90
     on). An L2 atomic unit takes a 16-byte reduction for about the price of a 4-byte one,
     and shuffled keys' updates are what such rows cost (F = 16 sum, E = 4M shuffled
-    power-law keys, H200: 488 -> 345 us). With ``QUADS_CAS``, quads without ``add4`` for a
-    compare-and-swap operator. ``ordered`` rows: 'load4' where the values' quads are
-    aligned (one 16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
+    power-law keys, H200: 488 -> 345 us). With ``QUADS_CAS``, quads for a compare-and-swap
+    operator too, and 'cas4' where ``out``'s quads are aligned 32-bit words (one read of a
+    run's four words). ``ordered`` rows: 'load4' where the values' quads are aligned (one
+    16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
     vflat, vrs, vfs, voff = values
     if F % 4:
-        return None, False
+        return None, None
     aligned = vflat.dtype == np.float32 and vfs == 1 and vrs % 4 == 0 and voff % 4 == 0 and vflat.ptr % 16 == 0
     loads = "load4" if aligned else "scalar"
     if mode == "ordered":
-        return ("load4" if QUADS_ORDERED and aligned else None), False
+        return ("load4" if QUADS_ORDERED and aligned else None), None
     oflat, ors, ofs, ooff = out
-    if (QUADS and op.atomic == "add" and oflat.dtype == np.float32 and ofs == 1 and ors % 4 == 0
-            and ooff % 4 == 0 and oflat.ptr % 16 == 0 and _launch.compute_capability(device_id) >= (9, 0)):
-        return loads, True
+    out_quads = ofs == 1 and ors % 4 == 0 and ooff % 4 == 0 and oflat.ptr % 16 == 0
+    if (QUADS and op.atomic == "add" and oflat.dtype == np.float32 and out_quads
+            and _launch.compute_capability(device_id) >= (9, 0)):
+        return loads, "add4"
     from . import bykey
     if QUADS_CAS and bykey._atomic_mode(op, oflat.dtype) == "cas":
-        return loads, False
-    return None, False
+        words = oflat.dtype.itemsize == 4 and oflat.dtype.kind in "fiu"
+        return loads, ("cas4" if words and out_quads else None)
+    return None, None
 
 
 def shape_for(F, peers=False, quads=None):
@@ -253,9 +262,10 @@ def rows_kernel(spec):
     G = 32 // P
     quads = spec.quads is not None
     load4 = spec.quads == "load4"
-    red4 = bool(spec.add4)
+    red4 = spec.flush4 == "add4"
+    cas4 = spec.flush4 == "cas4"
     assert not quads or V == 4
-    assert not red4 or (quads and spec.mode == "atomic")
+    assert spec.flush4 is None or (quads and spec.mode == "atomic")
     FSTEP = 1 if quads else P                   # feature j of a lane: f0 + j * FSTEP
     S, U = spec.steps, spec.unroll
     CHUNK = P * V
@@ -273,6 +283,7 @@ def rows_kernel(spec):
     gather = spec.gather
     check = spec.check
     update = bykey._updater(op, spec.out_dt, bykey._atomic_mode(op, spec.out_dt), True) if atomic else None
+    update_from = bykey._updater(op, spec.out_dt, "cas_from", True) if cas4 else None
     record = bykey._record
     # the lanes of one group, as bits from the group's first lane on
     group_lanes = np.uint32(FULL_MASK if P == 32 else (1 << P) - 1)
@@ -367,15 +378,23 @@ def rows_kernel(spec):
                 else:
                     out[ix] = OUT(combine(ACC(out[ix]), v))
 
-    add_quad = _quads.add4
+    add_quad, read_words = _quads.add4, _quads.read4
 
     @cuda.jit(device=True)
     def flush_all(idv, vals, piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init):
         """This lane's features of a run (``vals``: ``V`` accumulators), each as ``flush``
-        does; ``add4``: one 16-byte reduction of the four."""
+        does; 'add4': one 16-byte reduction of the four; 'cas4': their words in one read."""
         if red4:
             if f0 < F and idv >= 0 and idv < m:
                 add_quad(out, idv * ors + f0 + ooff, OUT(vals[0]), OUT(vals[1]), OUT(vals[2]), OUT(vals[3]))
+        elif cas4:
+            if f0 < F and idv >= 0 and idv < m:
+                ix = idv * ors + f0 + ooff
+                w0, w1, w2, w3 = read_words(bits, ix)
+                update_from(out, bits, ix, OUT(vals[0]), w0)
+                update_from(out, bits, ix + 1, OUT(vals[1]), w1)
+                update_from(out, bits, ix + 2, OUT(vals[2]), w2)
+                update_from(out, bits, ix + 3, OUT(vals[3]), w3)
         else:
             for j in range(V):
                 flush(idv, vals[j], piece, f0 + j * FSTEP, F, m, out, bits, ors, ofs, ooff, pv, init, has_init)
@@ -800,10 +819,10 @@ def _plan_into(key, k, v, o, *epoch):
                         transform, quads)
             add_rows(b, spec, sk, perm, vflat, n, m, F, oflat, bits, zero, False, status, np.int64(0), end, gate)
         if not ordered:
-            quads, add4 = quads_for("atomic", op, F, vflat, oflat, device_id)
+            quads, flush4 = quads_for("atomic", op, F, vflat, oflat, device_id)
             P, V, S, U = shape_for(F, peers=PEERS, quads=quads)
             spec = Spec(op, "keys", k.dtype, v.dtype, o.dtype, o.dtype, P, V, S, U, "atomic", "into", False,
-                        bool(check), transform, quads, add4)
+                        bool(check), transform, quads, flush4)
             add_rows(b, spec, ks, ks, vflat, n, m, F, oflat, bits, zero, False, status, epoch,
                      gate=None if gate is None else (gate[0], 0))
     if check:
