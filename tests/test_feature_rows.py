@@ -174,6 +174,33 @@ def test_into_bad_keys(rng, F):
                                   to_device(np.zeros((M, F))), deterministic=True)
 
 
+def test_into_adaptive_sums_in_l2(rng, monkeypatch):
+    """Sums whose table fits in L2 take the adaptive path from ``CUFOLD_ROWS_ADAPTIVE_HW_F``
+    features on (off by default), sorted and shuffled keys."""
+    import importlib
+    rows = importlib.import_module("cufold.device.rows")
+    looks = []
+    kernel = rows.unsorted_kernel
+    monkeypatch.setattr(rows, "unsorted_kernel", lambda: looks.append(1) or kernel())
+    n, m, F = (N, 6, 4) if SIMULATOR else (70_000, 500, 64)
+    values = rng.standard_normal((n, F)).astype(np.float32)
+    start = rng.standard_normal((m, F)).astype(np.float32)
+    try:
+        for knob, adaptive in ((0, False), (F, True)):
+            monkeypatch.setattr(rows, "ADAPTIVE_HW_FEATURES", knob)
+            rows._into_programs.clear()
+            looks.clear()
+            for shuffled in (False, True):          # (one plan: the look is planned once)
+                keys = power_keys(rng, n, m, shuffled=shuffled)
+                out = to_device(start)
+                cufold.reduce_by_key_into(to_device(keys), to_device(values), out)
+                np.testing.assert_allclose(to_host(out), add_at_rows(start, keys, values), rtol=1e-4, atol=2e-3)
+            assert bool(looks) == adaptive
+    finally:
+        monkeypatch.undo()
+        rows._into_programs.clear()
+
+
 @pytest.mark.parametrize("F", [8, 33])
 @pytest.mark.parametrize("order", ["sorted", "shuffled", "sorted_bad", "shuffled_bad"])
 def test_into_adaptive(rng, F, order):

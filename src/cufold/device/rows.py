@@ -104,6 +104,12 @@ LEVEL_ROWS = 4 if SIMULATOR else 16
 #: sorted, see ``_plan_into``) from this many features (``CUFOLD_ROWS_ADAPTIVE_F``) and rows on.
 ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_F", "32"))
 ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
+#: Hardware-atomic rows (sums) of at least this many features take the adaptive path too,
+#: their table in L2 or not (``CUFOLD_ROWS_ADAPTIVE_HW_F``; 0: only a table larger than L2).
+#: Off until timed: at F = 64 on shuffled power-law keys (E = 4M, N = 200k, H200) the grouped
+#: rows (``deterministic=True``, 810-821 us) beat the atomic quads (1040-1047 us), which the L2's
+#: atomic bandwidth holds; sorted keys would pay the look and the grouping's scans.
+ADAPTIVE_HW_FEATURES = int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_HW_F", "0"))
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
 #: Steps whose loads are issued together for rows of < 32 features (``CUFOLD_ROWS_UNROLL``):
@@ -794,7 +800,8 @@ def _plan_into(key, k, v, o, *epoch):
     # runs where they are (a kernel looks; the other path's kernels return at once).
     adaptive = (not ordered and op.identity_for(out_vt) is not None and n >= ADAPTIVE_MIN_ROWS
                 and F >= ADAPTIVE_MIN_FEATURES
-                and (mode == "cas" or m * F * o.dtype.itemsize > _launch.l2_bytes(device_id)))
+                and (mode == "cas" or m * F * o.dtype.itemsize > _launch.l2_bytes(device_id)
+                     or 0 < ADAPTIVE_HW_FEATURES <= F))
     if n > 0 and F > 0:         # m == 0 too: every key is out of range (reported)
         oflat, vflat = flat(os_), flat(vs)
         bits = bykey._bits_view(oflat[0]) if mode == "cas" and o.dtype.kind == "f" else oflat[0]
