@@ -11,9 +11,9 @@ keys and rows at 2.97 TB/s).
     PYTHONPATH=src python tools/rows_probe.py --env CUFOLD_ROWS_PEERS=0 --env CUFOLD_ROWS_UNROLL=8
     PYTHONPATH=src python tools/rows_probe.py --src src,/tmp/old/src   # two trees, one table
 
-``--env K=V`` (repeatable) and ``--src A,B`` rerun this probe in subprocesses, one per
-setting (the ``CUFOLD_ROWS_*`` knobs are read when cufold is imported) and tabulate them
-side by side; without them it measures in this process. The sum accumulates into its
+``--env K=V`` (repeatable; ``--env "K=V K2=V2"``: two variables in one setting) and
+``--src A,B`` rerun this probe in subprocesses, one per setting (the ``CUFOLD_ROWS_*``
+knobs are read when cufold is imported) and tabulate them side by side; without them it measures in this process. The sum accumulates into its
 ``out``; the maximum refills ``out`` with -inf in the call (as ``bench pyg``); F = 1 rotates
 over 4 copies of the inputs (smaller than the L2 cache otherwise). Each case checks feature
 0 against NumPy once (float64) before it is timed.
@@ -160,7 +160,8 @@ def main(argv=None):
     ap.add_argument("--features", default="1,16,64,256")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--env", action="append", default=[], help="K=V: a setting to compare (a subprocess each)")
+    ap.add_argument("--env", action="append", default=[],
+                    help="K=V (or 'K=V K2=V2'): a setting to compare (a subprocess each)")
     ap.add_argument("--src", default="", help="comma-separated source trees to compare (a subprocess each)")
     ap.add_argument("--json", action="store_true", help="print this process's results as JSON only")
     args = ap.parse_args(argv)
@@ -177,7 +178,7 @@ def main(argv=None):
     # the tree first, then whatever the path held (a GPU machine's carried NumPy, say)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not p.rstrip("/").endswith("src")]
     settings = [("src=" + s, {"PYTHONPATH": os.pathsep.join([s] + rest)}) for s in args.src.split(",") if s]
-    settings += [(e, {e.split("=", 1)[0]: e.split("=", 1)[1]}) for e in args.env]
+    settings += [(e, dict(kv.split("=", 1) for kv in e.split())) for e in args.env]
     if args.env and not args.src:
         settings.insert(0, ("default", {}))
     columns = {}
