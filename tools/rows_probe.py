@@ -13,10 +13,11 @@ keys and rows at 2.97 TB/s).
 
 ``--env K=V`` (repeatable; ``--env "K=V K2=V2"``: two variables in one setting) and
 ``--src A,B`` rerun this probe in subprocesses, one per setting (the ``CUFOLD_ROWS_*``
-knobs are read when cufold is imported) and tabulate them side by side; without them it measures in this process. The sum accumulates into its
-``out``; the maximum refills ``out`` with -inf in the call (as ``bench pyg``); F = 1 rotates
-over 4 copies of the inputs (smaller than the L2 cache otherwise). Each case checks feature
-0 against NumPy once (float64) before it is timed.
+knobs are read when cufold is imported) and tabulate them side by side; without them it
+measures in this process. The sum accumulates into its ``out``; the maximum refills ``out``
+with -inf in the call (as ``bench pyg``); F = 1 rotates over 4 copies of the inputs (smaller
+than the L2 cache otherwise). Each case checks feature 0 against NumPy once (float64) before
+it is timed.
 """
 import argparse
 import json
