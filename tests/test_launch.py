@@ -746,3 +746,37 @@ def test_compiled_launcher_passes_the_driver_its_arguments():
     with pytest.raises(TypeError):
         launch(function, 1.5, 1, 1, 32, 1, 1, 0, 0, 0, 0)
     assert len(got) == 2                  # neither bad call reached the driver
+
+
+_NO_BLAS_SCRIPT = """
+import importlib, json, sys
+from cufold.host import launch as L
+linalg = importlib.import_module("numba.cuda.np.linalg")
+before = linalg.ensure_blas
+L._target_without_blas()
+L._target_without_blas()                                   # once is enough; twice is harmless
+math = importlib.import_module("numba.cuda.np.arraymath")
+got = {"have_blas": math._HAVE_BLAS, "scipy_linalg": "scipy.linalg" in sys.modules,
+       "restored": linalg.ensure_blas is before and math.ensure_blas is before}
+try:
+    import scipy.linalg.cython_blas  # noqa: F401  (SciPy's users import it as before)
+    got["scipy_later"] = True
+except ImportError as e:
+    got["scipy_later"] = "no scipy" if "scipy" in str(e) and "cufold" not in str(e) else str(e)
+print(json.dumps(got))
+"""
+
+
+def test_target_loads_without_blas():
+    """The first compile's load of Numba-CUDA's array math finds no BLAS (SciPy's OpenBLAS
+    would start a spinning thread a core in the middle of a cold compile), leaves Numba's
+    ``ensure_blas`` as it was, and SciPy imports as before afterwards (real Numba-CUDA, no GPU
+    needed)."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["NUMBA_ENABLE_CUDASIM"] = "0"
+    proc = subprocess.run([sys.executable, "-c", _NO_BLAS_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["have_blas"] is False and got["scipy_linalg"] is False and got["restored"] is True
+    assert got["scipy_later"] in (True, "no scipy")

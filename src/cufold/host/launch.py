@@ -725,6 +725,7 @@ class Kernel:
             with self._setup_lock:
                 d = self._dispatcher
                 if d is None:
+                    _target_without_blas()
                     d = cuda.jit(self.signature, **_with_lto_override(self.jit_options))(self.py_func)
                     self._dispatcher = d
         return d
@@ -1251,6 +1252,40 @@ def kernel_for(fn, key, args):
         sig = tuple(_nbtype(a) for a in args)
         kernel = _kernels[k] = Kernel(fn, sig, key=repr(k), disk_key=library_disk_key(k), **jit_options_of(fn))
     return kernel
+
+
+_blas_lock = threading.Lock()
+_blas_checked = False
+
+
+def _target_without_blas():
+    """Load Numba-CUDA's array math (which its target loads on its first compile) without
+    the BLAS it looks for. The module asks whether SciPy's BLAS imports, so that ``np.dot``
+    may call it; no CUDA kernel can, but the import loads SciPy's OpenBLAS, whose thread a
+    core then spins through the rest of the cold compile (0.3-0.9 s of a first call on a
+    many-core GPU host; 0.1-0.2 s on 2 cores). The question is answered "no" for that one
+    import (``ensure_blas`` raising ImportError, then restored), so ``np.dot`` in a kernel
+    takes Numba's own loop; nothing else changes, SciPy imports as before for its users,
+    and a process whose array math loaded already is left as it is."""
+    global _blas_checked
+    with _blas_lock:
+        if _blas_checked:
+            return
+        _blas_checked = True
+        if SIMULATOR or "numba.cuda.np.arraymath" in sys.modules:
+            return
+        import importlib
+        linalg = importlib.import_module("numba.cuda.np.linalg")
+        ensure_blas = linalg.ensure_blas
+
+        def no_blas():
+            raise ImportError("cufold: no BLAS for CUDA kernels")
+
+        linalg.ensure_blas = no_blas
+        try:
+            importlib.import_module("numba.cuda.np.arraymath").ensure_blas = ensure_blas
+        finally:
+            linalg.ensure_blas = ensure_blas
 
 
 def _with_lto_override(options):
