@@ -1275,8 +1275,11 @@ def _target_without_blas():
         if SIMULATOR or "numba.cuda.np.arraymath" in sys.modules:
             return
         import importlib
-        linalg = importlib.import_module("numba.cuda.np.linalg")
-        ensure_blas = linalg.ensure_blas
+        try:
+            linalg = importlib.import_module("numba.cuda.np.linalg")
+            ensure_blas = linalg.ensure_blas
+        except (ImportError, AttributeError):     # another Numba-CUDA: its target loads as it would
+            return
 
         def no_blas():
             raise ImportError("cufold: no BLAS for CUDA kernels")
@@ -1284,6 +1287,8 @@ def _target_without_blas():
         linalg.ensure_blas = no_blas
         try:
             importlib.import_module("numba.cuda.np.arraymath").ensure_blas = ensure_blas
+        except Exception:       # the module failed here: the target's own load retries it, and says why
+            pass
         finally:
             linalg.ensure_blas = ensure_blas
 
