@@ -239,7 +239,7 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
     ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED``, on and off) grouped by key and
     over segments; a float maximum's compare-and-swap rows a quad a lane
     (``CUFOLD_ROWS_QUADS_CAS``, on and off), reading the four words of out at once where
-    out's quads are aligned ('cas4')."""
+    out's quads are aligned ('cas4'; where they are not, a feature every P lanes)."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
     seen, flushes = [], []
@@ -296,7 +296,7 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
         for on, dev_values, values, quads, out, flush4 in (
                 (True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, :F], "cas4"),
                 (True, dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar", dev_start[:, :F], "cas4"),
-                (True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, 1:F + 1], None),
+                (True, dev_big[:, :F], big[:, :F], None, dev_start[:, 1:F + 1], None),
                 (False, dev_big[:, :F], big[:, :F], None, dev_start[:, :F], None)):
             monkeypatch.setattr(rows, "QUADS_CAS", on)
             rows._into_programs.clear()          # (the plans hold the kernels chosen)

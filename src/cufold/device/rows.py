@@ -138,9 +138,9 @@ QUADS = os.environ.get("CUFOLD_ROWS_QUADS", "1") != "0"
 #: by key: F = 256 sum 2710 -> 1863 us, F = 64 maximum 1106 -> 878; F = 16 unchanged.
 QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "1") != "0"
 #: ``atomic`` rows of a compare-and-swap operator (a float maximum) go a quad a lane too
-#: (``CUFOLD_ROWS_QUADS_CAS=0``: a feature every ``P`` lanes), reading a run's four words of
-#: ``out`` in one 16-byte load where ``out``'s quads are aligned: one round trip where there
-#: were two to four, each waiting on the previous feature's loop. H200, E = 4M power-law
+#: where ``out``'s quads are aligned 32-bit words (``CUFOLD_ROWS_QUADS_CAS=0``: a feature
+#: every ``P`` lanes), reading a run's four words in one 16-byte load: one round trip where
+#: there were two to four, each waiting on the previous feature's loop. H200, E = 4M power-law
 #: rows: F = 16 shuffled maximum 757 -> 675 us, sorted 382 -> 343; F = 256 sorted 2004 -> 1721.
 QUADS_CAS = os.environ.get("CUFOLD_ROWS_QUADS_CAS", "1") != "0"
 
@@ -183,8 +183,8 @@ def quads_for(mode, op, F, values, out=None, device_id=0):
     reduction (a float32 sum, ``F`` a multiple of 4, ``out``'s quads 16-byte aligned, sm_90
     on). An L2 atomic unit takes a 16-byte reduction for about the price of a 4-byte one,
     and shuffled keys' updates are what such rows cost (F = 16 sum, E = 4M shuffled
-    power-law keys, H200: 488 -> 345 us). With ``QUADS_CAS``, quads for a compare-and-swap
-    operator too, and 'cas4' where ``out``'s quads are aligned 32-bit words (one read of a
+    power-law keys, H200: 488 -> 345 us). With ``QUADS_CAS``, quads with 'cas4' for a
+    compare-and-swap operator where ``out``'s quads are aligned 32-bit words (one read of a
     run's four words). ``ordered`` rows: 'load4' where the values' quads are aligned (one
     16-byte load where there were four) and ``QUADS_ORDERED`` is on."""
     vflat, vrs, vfs, voff = values
@@ -201,8 +201,10 @@ def quads_for(mode, op, F, values, out=None, device_id=0):
         return loads, "add4"
     from . import bykey
     if QUADS_CAS and bykey._atomic_mode(op, oflat.dtype) == "cas":
-        words = oflat.dtype.itemsize == 4 and oflat.dtype.kind in "fiu"
-        return loads, ("cas4" if words and out_quads else None)
+        # (without the 16-byte read, a quad a lane is slower than a feature every P lanes:
+        # its four reads wait one after another; H200, F = 16 shuffled max 840 vs 760 us)
+        if oflat.dtype.itemsize == 4 and oflat.dtype.kind in "fiu" and out_quads:
+            return loads, "cas4"
     return None, None
 
 
