@@ -12,17 +12,16 @@ rows by key into a table, shuffled keys), four features in one operation cut tha
     ``(array[i], ..., array[i + 3])`` as one streamed 16-byte load (``ld.global.cs``:
     evict first, as ``cuda.ldcs``), of memory the kernel does not write (the compiler
     may reorder or merge it as a pure read).
-
 ``read4(array, i)``
     ``(array[i], ..., array[i + 3])`` as one 16-byte load of memory that other threads may
     be updating (a plain load, kept in its place among the thread's atomics): the words a
     compare-and-swap starts from. ``array`` may be float32, int32 or uint32.
 
-``array``: a 1-D float32 array in global memory; element ``i`` must be 16-byte aligned
-(the address of ``array[0]`` and ``i`` multiples of 16 bytes and of 4: the caller's host
-side checks, as ``cufold.device.rows.quads_for`` does); sm_90 or later for ``add4``. In
-Numba's CPU simulator both are plain Python over the four elements (``add4`` as four
-``cuda.atomic.add``).
+``array``: a 1-D float32 array (``read4``: or int32, uint32) in global memory; element ``i``
+must be 16-byte aligned (the address of ``array[0]`` and ``i`` multiples of 16 bytes and
+of 4: the caller's host side checks, as ``cufold.device.rows.quads_for`` does); sm_90 or
+later for ``add4``. In Numba's CPU simulator they are plain Python over the four elements
+(``add4`` as four ``cuda.atomic.add``).
 
 The GPU versions are Numba intrinsics (inline PTX): the one place cufold's kernels use more
 than ``cuda.*`` names, so a move to another CUDA Python compiler rewrites this module only.
@@ -65,10 +64,6 @@ else:
     def _f32_array(array):
         return isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.float32
 
-    def _words_array(array):
-        return (isinstance(array, types.Array) and array.ndim == 1
-                and array.dtype in (types.float32, types.int32, types.uint32))
-
     def _element(context, builder, array_type, array, index):
         """The address of ``array[index]`` (no bounds or wraparound: the caller's index is valid)."""
         data = context.make_array(array_type)(context, builder, value=array).data
@@ -91,39 +86,32 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def load4(typingctx, array, index):
-        if not (_f32_array(array) and isinstance(index, types.Integer)):
-            return None
-        four = types.UniTuple(types.float32, 4)
-        sig = four(array, types.int64)
+    def _vector_load(name, dtypes, text, side_effect):
+        """An intrinsic ``(array, i) -> 4-tuple``: ``array[i .. i + 3]`` by the PTX ``text``
+        (``{kind}``: the element type's ``f32`` or ``b32``) for 1-D arrays of ``dtypes``;
+        ``side_effect``: kept in its place among the thread's other memory operations."""
+        def vector_load(typingctx, array, index):
+            if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype in dtypes
+                    and isinstance(index, types.Integer)):
+                return None
+            dt = array.dtype
+            sig = types.UniTuple(dt, 4)(array, types.int64)
+            kind, reg = ("f32", "f") if dt == types.float32 else ("b32", "r")
 
-        def codegen(context, builder, sig, args):
-            ptr = _element(context, builder, sig.args[0], args[0], args[1])
-            f32 = ir.FloatType()
-            fn = ir.FunctionType(ir.LiteralStructType([f32] * 4), [ptr.type])
-            ld = ir.InlineAsm(fn, "ld.global.cs.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l")
-            got = builder.call(ld, [ptr])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(got, j) for j in range(4)])
+            def codegen(context, builder, sig, args):
+                ptr = _element(context, builder, sig.args[0], args[0], args[1])
+                fn = ir.FunctionType(ir.LiteralStructType([context.get_value_type(dt)] * 4), [ptr.type])
+                constraints = ",".join(["=" + reg] * 4) + ",l" + (",~{memory}" if side_effect else "")
+                ld = ir.InlineAsm(fn, text.format(kind=kind) + " {$0, $1, $2, $3}, [$4];", constraints,
+                                  side_effect=side_effect)
+                got = builder.call(ld, [ptr])
+                return context.make_tuple(builder, sig.return_type,
+                                          [builder.extract_value(got, j) for j in range(4)])
 
-        return sig, codegen
+            return sig, codegen
 
-    @intrinsic
-    def read4(typingctx, array, index):
-        if not (_words_array(array) and isinstance(index, types.Integer)):
-            return None
-        dt = array.dtype
-        sig = types.UniTuple(dt, 4)(array, types.int64)
-        kind, reg = ("f32", "f") if dt == types.float32 else ("b32", "r")
+        vector_load.__name__ = vector_load.__qualname__ = name
+        return intrinsic(vector_load)
 
-        def codegen(context, builder, sig, args):
-            ptr = _element(context, builder, sig.args[0], args[0], args[1])
-            word = context.get_value_type(dt)
-            fn = ir.FunctionType(ir.LiteralStructType([word] * 4), [ptr.type])
-            # a side effect: not merged with, nor moved across, the thread's atomics
-            ld = ir.InlineAsm(fn, "ld.global.v4.%s {$0, $1, $2, $3}, [$4];" % kind,
-                              ",".join(["=" + reg] * 4) + ",l,~{memory}", side_effect=True)
-            got = builder.call(ld, [ptr])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(got, j) for j in range(4)])
-
-        return sig, codegen
+    load4 = _vector_load("load4", (types.float32,), "ld.global.cs.v4.{kind}", False)
+    read4 = _vector_load("read4", (types.float32, types.int32, types.uint32), "ld.global.v4.{kind}", True)

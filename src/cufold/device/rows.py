@@ -262,7 +262,7 @@ def rows_kernel(spec):
     ``launch.gated_off`` (the two paths of an adaptive ``reduce_by_key_into``). Group ``g =
     lane // P`` of warp ``w`` owns
     span ``w * 32 / P + g``; its lane ``l`` holds features ``chunk * P * V + l % P + j * P``
-    (``j < V``) of the span's rows, one row a step.
+    (``j < V``; quads: ``chunk * P * V + 4 * (l % P) + j``) of the span's rows, one row a step.
     """
     from . import bykey            # the atomic updates and the bad-key record
     op = spec.op

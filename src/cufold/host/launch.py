@@ -1268,6 +1268,8 @@ def _target_without_blas():
     takes Numba's own loop; nothing else changes, SciPy imports as before for its users,
     and a process whose array math loaded already is left as it is."""
     global _blas_checked
+    if _blas_checked:                   # (every kernel's first compile asks)
+        return
     with _blas_lock:
         if _blas_checked:
             return
