@@ -239,7 +239,9 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
     ordered rows' quad loads (``CUFOLD_ROWS_QUADS_ORDERED``, on and off) grouped by key and
     over segments; a float maximum's compare-and-swap rows a quad a lane
     (``CUFOLD_ROWS_QUADS_CAS``, on and off), reading the four words of out at once where
-    out's quads are aligned ('cas4'; where they are not, a feature every P lanes)."""
+    out's quads are aligned, then a compare-and-swap ('cas4') or an integer reduction
+    ('red4', ``CUFOLD_ROWS_FLOAT_RED``) for each word that changes (where they are not
+    aligned, a feature every P lanes)."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
     seen, flushes = [], []
@@ -293,12 +295,14 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
         # a compare-and-swap operator's atomic rows a quad a lane (where on: the default),
         # values aligned or not, out's words read four at once where out's quads are aligned
         dev_start = to_device(start)
-        for on, dev_values, values, quads, out, flush4 in (
-                (True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, :F], "cas4"),
-                (True, dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar", dev_start[:, :F], "cas4"),
-                (True, dev_big[:, :F], big[:, :F], None, dev_start[:, 1:F + 1], None),
-                (False, dev_big[:, :F], big[:, :F], None, dev_start[:, :F], None)):
+        for on, red, dev_values, values, quads, out, flush4 in (
+                (True, True, dev_big[:, :F], big[:, :F], "load4", dev_start[:, :F], "red4"),
+                (True, True, dev_big[:, 1:F + 1], big[:, 1:F + 1], "scalar", dev_start[:, :F], "red4"),
+                (True, False, dev_big[:, :F], big[:, :F], "load4", dev_start[:, :F], "cas4"),
+                (True, True, dev_big[:, :F], big[:, :F], None, dev_start[:, 1:F + 1], None),
+                (False, True, dev_big[:, :F], big[:, :F], None, dev_start[:, :F], None)):
             monkeypatch.setattr(rows, "QUADS_CAS", on)
+            monkeypatch.setattr(rows, "FLOAT_RED", red)
             rows._into_programs.clear()          # (the plans hold the kernels chosen)
             rows._segment_programs.clear()
             seen.clear()
@@ -311,6 +315,32 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
         monkeypatch.undo()
         rows._into_programs.clear()
         rows._segment_programs.clear()
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_into_float_extremes_nan(rng, name):
+    """A float32 maximum or minimum of 8 features ('red4': integer reductions of the
+    floats' bits): NaN values of either sign propagate, a NaN already in out stays, signed
+    zeros and infinities compare as floats, keys sorted and shuffled."""
+    ufunc = getattr(np, name)
+    m = 40
+    keys = power_keys(rng, N, m, shuffled=False)
+    values = rng.standard_normal((N, 8)).astype(np.float32)
+    values[rng.random((N, 8)) < 0.2] = 0.0
+    values[rng.random((N, 8)) < 0.2] *= -0.0
+    values[rng.random((N, 8)) < 0.05] = np.inf
+    values[rng.random((N, 8)) < 0.05] = -np.inf
+    values[3, 2] = np.nan
+    values[N // 2, 5] = np.float32(-np.nan)                 # a NaN with its sign bit set
+    values[N // 3, 5] = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
+    start = rng.standard_normal((m, 8)).astype(np.float32)
+    start[1, 1] = np.nan
+    start[2, 3] = np.float32(-np.nan)
+    start[4, :] = -0.0
+    for order in (keys, rng.permutation(keys)):
+        got = to_host(cufold.reduce_by_key_into(to_device(order), to_device(values), to_device(start),
+                                                getattr(cufold, name)))
+        np.testing.assert_array_equal(got, add_at_rows(start, order, values, ufunc))
 
 
 def test_bad_shapes():

@@ -1,5 +1,6 @@
 """cufold.quads: a thread's 16-byte float32 loads and atomic adds, in a user's kernel,
-against NumPy (np.add.at over rows of 4); 16-byte reads of 32-bit words."""
+against NumPy (np.add.at over rows of 4); 16-byte reads of 32-bit words; float32 maxima
+and minima by integer reductions."""
 
 import numpy as np
 from numba import cuda
@@ -8,7 +9,7 @@ from conftest import SIMULATOR, to_device, to_host
 
 import pytest
 
-from cufold.quads import add4, load4, read4
+from cufold.quads import add4, load4, read4, red_max, red_min
 
 
 @cuda.jit
@@ -45,3 +46,31 @@ def test_read4_words(rng, dtype):
     y = to_device(np.full(x.size, 7, dtype))
     copy_quads[4, 16](to_device(x), y)
     np.testing.assert_array_equal(to_host(y), x.reshape(-1, 4)[:, ::-1].reshape(-1))
+
+
+@cuda.jit
+def scatter_extremes(keys, x, hi, lo):
+    i = cuda.grid(1)
+    if i < keys.size:
+        red_max(hi, keys[i], x[i])
+        red_min(lo, keys[i], x[i])
+
+
+def test_red_max_min(rng):
+    n, m = (300, 7) if SIMULATOR else (200_000, 300)
+    keys = rng.integers(0, m, n).astype(np.int64)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.random(n) < 0.3] *= -0.0
+    x[rng.random(n) < 0.02] = -np.inf
+    x[keys == 3] = np.abs(x[keys == 3])             # one key of non-negative values only
+    x[np.flatnonzero(keys == 5)[:1]] = np.float32(-np.nan)
+    start_hi = np.full(m, -np.inf, np.float32)
+    start_lo = np.full(m, np.inf, np.float32)
+    hi, lo = to_device(start_hi), to_device(start_lo)
+    scatter_extremes[-(-n // 128), 128](to_device(keys), to_device(x), hi, lo)
+    want_hi, want_lo = start_hi.copy(), start_lo.copy()
+    with np.errstate(invalid="ignore"):         # (the NaN, on purpose)
+        np.maximum.at(want_hi, keys, x)
+        np.minimum.at(want_lo, keys, x)
+    np.testing.assert_array_equal(to_host(hi), want_hi)
+    np.testing.assert_array_equal(to_host(lo), want_lo)

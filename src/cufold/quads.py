@@ -17,6 +17,16 @@ rows by key into a table, shuffled keys), four features in one operation cut tha
     be updating (a plain load, kept in its place among the thread's atomics): the words a
     compare-and-swap starts from. ``array`` may be float32, int32 or uint32.
 
+``red_max(array, i, v)``, ``red_min(array, i, v)``
+    ``array[i] = max(array[i], v)`` (``min``) for float32, atomically and fire-and-forget (no
+    result, no compare-and-swap loop to wait on): a float's bits ordered as integers, ``v >=
+    +0`` by a signed ``red.max.s32`` (``min``: ``red.min.s32``), a negative ``v`` by an
+    unsigned ``red.min.u32`` (``red.max.u32``). A NaN ``v`` stores a NaN that every later
+    update keeps (``0x7FFFFFFF`` for max, ``0xFFFFFFFF`` for min), so NaN propagates as in
+    NumPy's maximum; a NaN already in ``array`` must come from these functions (a caller
+    reads the word first and skips where it is NaN, as ``cufold.device.rows`` does). Of two
+    zeros either may win.
+
 ``array``: a 1-D float32 array (``read4``: or int32, uint32) in global memory; element ``i``
 must be 16-byte aligned (the address of ``array[0]`` and ``i`` multiples of 16 bytes and
 of 4: the caller's host side checks, as ``cufold.device.rows.quads_for`` does); sm_90 or
@@ -38,7 +48,7 @@ Example, inside a user's kernel (rows of 4 features, flat 1-D arrays)::
 
 from numba import config, cuda
 
-__all__ = ["add4", "load4", "read4"]
+__all__ = ["add4", "load4", "read4", "red_max", "red_min"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -55,6 +65,20 @@ if SIMULATOR:
         return array[i], array[i + 1], array[i + 2], array[i + 3]
 
     read4 = load4
+
+    @cuda.jit(device=True)
+    def red_max(array, i, v):
+        if v != v:
+            cuda.atomic.exch(array, i, v)
+        else:
+            cuda.atomic.max(array, i, v)
+
+    @cuda.jit(device=True)
+    def red_min(array, i, v):
+        if v != v:
+            cuda.atomic.exch(array, i, v)
+        else:
+            cuda.atomic.min(array, i, v)
 
 else:
     from llvmlite import ir
@@ -115,3 +139,34 @@ else:
 
     load4 = _vector_load("load4", (types.float32,), "ld.global.cs.v4.{kind}", False)
     read4 = _vector_load("read4", (types.float32, types.int32, types.uint32), "ld.global.v4.{kind}", True)
+
+    def _extreme_red(which):
+        """``red_max`` / ``red_min``: the integer reductions of a float32's bits."""
+        nan, signed, unsigned = ("0x7FFFFFFF", "max", "min") if which == "max" else ("0xFFFFFFFF", "min", "max")
+        text = ("{ .reg .pred %%isnan, %%ispos; .reg .b32 %%w;\n"
+                " mov.b32 %%w, $1;\n"
+                " setp.nan.f32 %%isnan, $1, $1;\n"
+                " @%%isnan mov.b32 %%w, %s;\n"
+                " setp.ge.s32 %%ispos, %%w, 0;\n"
+                " @%%ispos red.global.%s.s32 [$0], %%w;\n"
+                " @!%%ispos red.global.%s.u32 [$0], %%w; }" % (nan, signed, unsigned))
+
+        def red(typingctx, array, index, value):
+            if not (_f32_array(array) and isinstance(index, types.Integer)):
+                return None
+            sig = types.void(array, types.int64, types.float32)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element(context, builder, sig.args[0], args[0], args[1])
+                fn = ir.FunctionType(ir.VoidType(), [ptr.type, ir.FloatType()])
+                asm = ir.InlineAsm(fn, text, "l,f,~{memory}", side_effect=True)
+                builder.call(asm, [ptr, args[2]])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        red.__name__ = red.__qualname__ = "red_" + which
+        return intrinsic(red)
+
+    red_max = _extreme_red("max")
+    red_min = _extreme_red("min")

@@ -292,7 +292,7 @@ def _index_expr(wide):
 
 
 @functools.lru_cache(maxsize=None)
-def _updater(op, out_dt, mode, wide=True):
+def _updater(op, out_dt, mode, wide=True, red_word=None):
     """Device function ``update(out, bits, idx, v)``: ``out[idx] = op(out[idx], v)``,
     atomically (``idx >= 0``; ``wide``: it may exceed int32). ``bits`` is ``out``
     itself, or (a float operator without a hardware atomic) an integer view of the
@@ -321,7 +321,15 @@ def _updater(op, out_dt, mode, wide=True):
     else:
         word, step = "out", "combine(old, v)"
     # mode 'cas_from': ``update(out, bits, idx, v, old)``, the loop from a word read before
-    # (floats: its bits), as a 16-byte read gives four (a stale word only costs a retry)
+    # (floats: its bits), as a 16-byte read gives four (a stale word only costs a retry);
+    # 'red_from': no loop, ``red_word(out, idx, v)`` where the word read changes (a float
+    # maximum or minimum: a stale word only costs a reduction that changes nothing)
+    if mode == "red_from":
+        env.update(combine=op.combine(ValueType.of(out_dt)), red_word=red_word)
+        src = ("def update(out, bits, idx, v, old):\n"
+               "    if combine(old.view(T), v).view(I) != old:\n"
+               "        red_word(out, idx, v)\n")
+        return _codegen.build(src, "update", env)
     src = ("def update(out, bits, idx, v{arg}):\n"
            "    u = {i}\n"
            "{read}"

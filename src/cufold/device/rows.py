@@ -143,6 +143,10 @@ QUADS_ORDERED = os.environ.get("CUFOLD_ROWS_QUADS_ORDERED", "1") != "0"
 #: there were two to four, each waiting on the previous feature's loop. H200, E = 4M power-law
 #: rows: F = 16 shuffled maximum 757 -> 675 us, sorted 382 -> 343; F = 256 sorted 2004 -> 1721.
 QUADS_CAS = os.environ.get("CUFOLD_ROWS_QUADS_CAS", "1") != "0"
+#: 'cas4' rows of a float32 maximum or minimum update a word the run changes with one
+#: fire-and-forget integer reduction of its bits (``cufold.quads.red_max``, 'red4') instead
+#: of a compare-and-swap whose answer the lane waits for (``CUFOLD_ROWS_FLOAT_RED=0``).
+FLOAT_RED = os.environ.get("CUFOLD_ROWS_FLOAT_RED", "1") != "0"
 
 Spec = collections.namedtuple("Spec", "op source key_dt in_dt acc_dt out_dt lanes vec steps unroll mode write "
                               "gather check transform quads flush4", defaults=(None, None, None))
@@ -156,7 +160,9 @@ applied to every value (each feature of a row alone) as it is loaded; ``quads``:
 'load4' if they come in one 16-byte load, 'scalar' if not; ``flush4``: (``atomic`` quads,
 ``out``'s quads 16-byte aligned) None, 'add4' (a run's four totals go to ``out`` as one
 16-byte reduction, ``cufold.quads.add4``) or 'cas4' (one 16-byte read of the four words,
-``cufold.quads.read4``, then a compare-and-swap for each that the run changes)."""
+``cufold.quads.read4``, then a compare-and-swap for each that the run changes) or 'red4'
+(as 'cas4', a float32 maximum or minimum: an integer reduction for each word it changes,
+``cufold.quads.red_max``)."""
 
 
 def lanes_for(F, quads=False):
@@ -204,7 +210,8 @@ def quads_for(mode, op, F, values, out=None, device_id=0):
         # (without the 16-byte read, a quad a lane is slower than a feature every P lanes:
         # its four reads wait one after another; H200, F = 16 shuffled max 840 vs 760 us)
         if oflat.dtype.itemsize == 4 and oflat.dtype.kind in "fiu" and out_quads:
-            return loads, "cas4"
+            extreme = FLOAT_RED and oflat.dtype == np.float32 and op.atomic in ("max", "min")
+            return loads, ("red4" if extreme else "cas4")
     return None, None
 
 
@@ -271,7 +278,8 @@ def rows_kernel(spec):
     quads = spec.quads is not None
     load4 = spec.quads == "load4"
     red4 = spec.flush4 == "add4"
-    cas4 = spec.flush4 == "cas4"
+    cas4 = spec.flush4 in ("cas4", "red4")
+    red_word = (_quads.red_max if op.atomic == "max" else _quads.red_min) if spec.flush4 == "red4" else None
     assert not quads or V == 4
     assert spec.flush4 is None or (quads and spec.mode == "atomic")
     FSTEP = 1 if quads else P                   # feature j of a lane: f0 + j * FSTEP
@@ -291,7 +299,8 @@ def rows_kernel(spec):
     gather = spec.gather
     check = spec.check
     update = bykey._updater(op, spec.out_dt, bykey._atomic_mode(op, spec.out_dt), True) if atomic else None
-    update_from = bykey._updater(op, spec.out_dt, "cas_from", True) if cas4 else None
+    update_from = bykey._updater(op, spec.out_dt, "cas_from" if red_word is None else "red_from", True,
+                                 red_word) if cas4 else None
     record = bykey._record
     # the lanes of one group, as bits from the group's first lane on
     group_lanes = np.uint32(FULL_MASK if P == 32 else (1 << P) - 1)
