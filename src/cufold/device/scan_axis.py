@@ -800,6 +800,8 @@ def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=Non
         column = row_in(xs, np.uint64(a), np.uint64(min(c, cols - 1)))
         carry = init                        # warp w's: column w's total so far
         chunks = (length + rows_per_chunk - 1) // rows_per_chunk
+        if chunks == 0:
+            return                          # (a whole block: no barrier is left waiting)
         load_rows(cur, column, y * per, length)
         for ch in range(chunks):
             top = ch * rows_per_chunk
