@@ -427,6 +427,61 @@ def test_column_tiles_against_loop(rng, shape, reverse):
     np.testing.assert_array_equal(got[1], want[1])
 
 
+@pytest.fixture
+def strips_everywhere(monkeypatch):
+    """Columns layouts take the column strips however few their strips (the simulator's
+    GPU is small), and the strips kernel is checked to have run."""
+    ran = []
+    kernel = scan_axis.column_strips_kernel
+    monkeypatch.setattr(scan_axis, "STRIP_FILL", 0)
+    monkeypatch.setattr(scan_axis, "column_strips_kernel", lambda *a: ran.append(a[5:7]) or kernel(*a))
+    return ran
+
+
+@pytest.mark.parametrize("shape", [(33, 7), (63, 5), (64, 4), (65, 9), (130, 3)])
+def test_column_strips_against_numpy(rng, strips_everywhere, shape):
+    """Many columns (forced here): a block down each strip, its carry from chunk to chunk;
+    rows of 1 chunk, a chunk and one row; a last strip of fewer columns; forwards and in
+    reverse, inclusive and exclusive from init, a transform, into a poisoned out."""
+    x = rng.integers(-9, 9, shape).astype(np.int32)
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(to_device(x), axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+        out = to_device(np.full(shape, -77, np.int64))
+        cufold.exclusive_scan(to_device(x), axis=0, init=5, reverse=reverse, out=out,
+                              transform=lambda v: v * v)
+        want = flipped(lambda y, ax: 5 + np.cumsum(y, axis=ax) - y, x.astype(np.int64) ** 2, 0, reverse)
+        np.testing.assert_array_equal(to_host(out), want)
+    m = rng.standard_normal(shape).astype(np.float32)
+    got = to_host(cufold.inclusive_scan(to_device(m), cufold.maximum, axis=0))
+    np.testing.assert_array_equal(got, np.maximum.accumulate(m, axis=0))
+    assert strips_everywhere and all(tc == 2 for tc, _ in strips_everywhere)
+
+
+def test_column_strips_views_and_tuples(rng, strips_everywhere):
+    """Strips of two batch groups (a 3-D input), of a strided view, and of a tuple value
+    whose operator is not commutative (affine maps, no identity; exclusive from init)."""
+    x = rng.integers(-9, 9, (3, 70, 5)).astype(np.int32)
+    got = to_host(cufold.cumsum(to_device(x), axis=1))
+    np.testing.assert_array_equal(got, np.cumsum(x, axis=1, dtype=np.int64))
+    base = rng.integers(-9, 9, 2000).astype(np.int32)
+    dev, host = strided_view(base, 3, (66, 7), (21, 2))
+    np.testing.assert_array_equal(to_host(cufold.cumsum(dev, axis=0)), np.cumsum(host, axis=0, dtype=np.int64))
+    shape = (67, 5)
+    a = rng.choice(np.array([-1, 1], np.int64), shape)
+    b = rng.integers(-3, 4, shape).astype(np.int64)
+    for reverse in (False, True):
+        got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=0, reverse=reverse))
+        want = affine_loop(a, b, 0, reverse)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        got = to_host(cufold.exclusive_scan(to_device((a, b)), AFFINE, init=(1, 2), axis=0, reverse=reverse))
+        want = affine_loop(a, b, 0, reverse, init=(1, 2))
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert len(strips_everywhere) >= 3
+
+
 def test_column_tiles_three_strips(rng):
     """Three strips of columns (the last with 3 of its 8 columns), int32 summed as int64."""
     x = rng.integers(-9, 9, (35, 19)).astype(np.int32)
@@ -575,6 +630,13 @@ def test_gpu_long_rows_and_columns(rng):
     w = rng.integers(-100, 100, (3001, 1000)).astype(np.int32)                 # many strips of 32 columns
     np.testing.assert_array_equal(to_host(cufold.exclusive_scan(to_device(w), init=5, axis=0, dtype=np.int64)),
                                   5 + np.cumsum(w, axis=0) - w)
+    s = rng.integers(-100, 100, (1001, 4100)).astype(np.int32)                 # column strips (32 wide)
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(to_device(s), axis=0, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), s, 0, reverse))
+    s = np.ascontiguousarray(s[:, :4097])                                       # a last strip of one column
+    got = to_host(cufold.exclusive_scan(to_device(s), init=3, axis=0))
+    np.testing.assert_array_equal(got, 3 + np.cumsum(s, axis=0, dtype=np.int32) - s)
     f = rng.integers(-2, 3, (1 << 20, 16)).astype(np.float32)                   # the bench's shapes, exact
     for axis in (0, 1):
         np.testing.assert_array_equal(to_host(cufold.cumsum(to_device(f), axis=axis)), np.cumsum(f, axis=axis))

@@ -1,5 +1,6 @@
-"""Scans down few or many long columns (``cumsum(axis=0)`` of C-order float32): the column
-tiles with the planner's tile and with forced ones (columns a tile x rows a thread), the
+"""Scans down few or many long columns (``cumsum(axis=0)`` of C-order float32): the planner's
+choice (the column strips where strips fill the GPU, ``strips``), the column tiles with the
+planner's tile and with forced ones (columns a tile x rows a thread), the
 3-launch ``reduce_then_scan`` form and torch.cumsum (64 columns or more) beside; GPU time over rotated inputs and
 the percentage of the floor (read + write at ``--copy`` GB/s).
 
@@ -13,7 +14,7 @@ from cufold.device import scan as S, scan_axis as SA
 import cufold
 from gpu_timing import rotating_us
 
-SHAPES = [(1 << 20, 16), (4096, 4096), (1 << 22, 4), (1 << 18, 64)]
+SHAPES = [(1 << 20, 16), (4096, 4096), (2048, 8192), (1 << 22, 4), (1 << 18, 64)]
 # (columns a tile, rows a thread[, threads a block]); None: the planner's
 TILES = [None, (16, 16), (8, 32), (16, 16, 512)]
 once = "--once" in sys.argv
@@ -42,10 +43,16 @@ for shape in SHAPES:
     floor_us = 8 * n / copy / 1e3
     runs = [] if shape[1] < 64 else [("torch", lambda x: torch.cumsum(x, 0))]   # (torch: 0.37 s for 16 columns)
     runs.append(("reduce_then_scan", lambda x: cufold.cumsum(x, axis=0, algorithm="reduce_then_scan")))
+    runs.append(("planner (strips?)", "planner"))
     for tile in TILES:
         runs.append(("tiles %s" % ("planner" if tile is None else "x".join(map(str, tile))), tile))
     for name, how in runs:
-        if not callable(how):
+        if how == "planner":
+            SA.COLUMN_STRIPS = True
+            fresh()
+            fn = lambda x: cufold.cumsum(x, axis=0)
+        elif not callable(how):
+            SA.COLUMN_STRIPS = False            # the column tiles, whatever the strips
             SA._column_tiles = forced(how)
             fresh()
             fn = lambda x: cufold.cumsum(x, axis=0)
@@ -62,4 +69,5 @@ for shape in SHAPES:
         print("%-14s %-22s %9.1f %6.0f%%  err %.1e" % ("x".join(map(str, shape)), name, us, 100 * floor_us / us, err),
               flush=True)
     SA._column_tiles = planned
+    SA.COLUMN_STRIPS = True
     fresh()

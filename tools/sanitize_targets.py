@@ -128,6 +128,10 @@ check("exclusive_scan (50000, 5) axis=0 init=3 (column tiles)",
       cufold.exclusive_scan(cuda.to_device(h), init=3, axis=0).copy_to_host(), 3 + np.cumsum(h, axis=0) - h)
 check("cumsum (50000, 5) axis=0 reduce_then_scan",
       cufold.cumsum(cuda.to_device(h), axis=0, algorithm="reduce_then_scan").copy_to_host(), np.cumsum(h, axis=0))
+# axis 0 of many columns: the column strips (a block down each strip of 32, its carry in the block)
+hs = rng.integers(-9, 9, (700, 4100)).astype(np.int32)
+check("exclusive_scan (700, 4100) axis=0 init=3 (column strips)",
+      cufold.exclusive_scan(cuda.to_device(hs), init=3, axis=0).copy_to_host(), 3 + np.cumsum(hs, axis=0) - hs)
 # transform= fused into the axis scans' loads (segments, lanes, tiles, columns), reversed too; zipped inputs
 for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000, 8), 0), ((700, 300), 0)]:
     h = rng.integers(-9, 9, shape).astype(np.float32)

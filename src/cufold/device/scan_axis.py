@@ -51,8 +51,13 @@ columns      a batch dimension has the smaller stride    columns enough to fill 
                                                          threads along the contiguous batch
                                                          dimension (coalesced), a running
                                                          carry, COLUMN_UNROLL loads in
-                                                         flight. Fewer (long) columns:
-                                                         ``column_tiles``, one pass: tiles of
+                                                         flight. Fewer, long columns whose
+                                                         strips of 32, 16 or 8 fill the GPU
+                                                         (4096+ columns): ``column_strips``,
+                                                         a block down each strip, its carry
+                                                         kept in the block, no look-back.
+                                                         Fewer still: ``column_tiles``, one
+                                                         pass: tiles of
                                                          8 columns x 512 rows (4-byte items;
                                                          256 rows for 8-byte ones), a look-
                                                          back down each column (a warp a
@@ -92,6 +97,7 @@ of before, under the launch key of before).
 import collections
 import functools
 import math
+import os
 
 import numpy as np
 from numba import config, cuda
@@ -119,6 +125,12 @@ COLUMN_MIN_CHUNK = 16
 #: looks back down each (with 16 or 32, a warp took 2 or 4 in turn: 1.6-1.9x the time
 #: on an H200, tools/colscan_probe.py).
 COLUMN_TILE_WIDTH = 8
+#: Columns of a strip of the column-strips kernel, widest first: the widest whose strips fill
+#: at least STRIP_FILL of the GPU's resident blocks (blocks of 32 x width threads, 1024
+#: threads an SM at 64 registers) takes them (``CUFOLD_COLUMN_STRIPS=0``: never; the column tiles instead).
+STRIP_WIDTHS = (2,) if config.ENABLE_CUDASIM else (32, 16, 8)
+STRIP_FILL = 0.9
+COLUMN_STRIPS = os.environ.get("CUFOLD_COLUMN_STRIPS", "1") != "0"
 FULL_MASK = 0xFFFFFFFF
 
 #: The 3-D form of a scan: ``A`` rows of ``C`` columns of ``L`` items each;
@@ -718,6 +730,137 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     return scan_column_tiles
 
 
+# --- column strips: a block down each strip of columns, no look-back ----------------------------
+
+def strip_items(acc_vt):
+    """Rows a thread of the column-strips kernel takes a chunk (16-32 bytes of values in
+    registers, twice: the chunk it scans and the next one, loading)."""
+    return 2 if config.ENABLE_CUDASIM else max(2, 32 // max(4, acc_vt.itemsize))
+
+
+@functools.lru_cache(maxsize=None)
+def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=None):
+    """Kernel ``(xs, outs, col_strips, init)`` over 3-D ``(A, L, C)`` views with many
+    columns (``C``, the smaller stride), scanned down ``L``: block ``s`` takes strip ``s``
+    (``tc`` columns of row group ``s // col_strips``) and walks all its rows, a chunk of
+    ``32 * per`` rows at a time, carrying each column's total from chunk to chunk itself
+    (no look-back, no ticket, nothing shared between blocks).
+
+    Thread ``(y, x)`` (``tid = y*tc + x``, ``y < 32``) holds ``per`` consecutive rows of
+    column ``x`` in registers (a warp's loads: rows of ``tc`` neighbouring items, whole
+    sectors) and loads the next chunk's while the block scans this one: its fold goes to
+    shared memory, warp ``x`` scans column ``x``'s 32 folds (shuffles) after the column's
+    carry and writes each thread its prefix, and the thread scans its rows after it. Two
+    barriers a chunk. Where it pays: strips enough to fill the GPU (4096 columns and more
+    of 4-byte items), where the column tiles spend 8 look-backs a tile."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
+    view_in, load_in, _ = S._lane_io(in_vt, "stream")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+    scan_lanes = warp.inclusive_scan(op, acc_vt, width=32)
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    pitch = tc + 1                          # a warp reads a column of the folds: no bank conflicts
+    folds_storage = block.temp_storage(acc_vt, 32 * pitch)
+    local = _local(acc_vt, per)
+    dims = _dims(in_vt)
+    rows_per_chunk = 32 * per
+
+    @cuda.jit(device=True)
+    def load_rows(vals, column, row0, length):
+        """Rows ``row0 ..`` of the column into ``vals`` (past the end: the last row again)."""
+        if row0 + per <= length:
+            mine_in = view_in(column, np.uint64(row0))
+            for k in range(per):
+                put(vals, k, to_acc(load_in(mine_in, np.uint32(k))))
+        else:
+            start = min(row0, length - 1)
+            last = np.uint32(length - 1 - start)
+            mine_in = view_in(column, np.uint64(start))
+            for k in range(per):
+                put(vals, k, to_acc(load_in(mine_in, min(np.uint32(k), last))))
+
+    def scan_column_strips(xs, outs, col_strips, init):
+        folds = folds_storage()
+        cur = local()
+        nxt = local()
+        s = cuda.blockIdx.x
+        a = s // col_strips
+        shape = dims(xs)
+        length, cols = shape[1], shape[2]
+        tid = cuda.threadIdx.x
+        x = tid % tc
+        y = tid // tc
+        w = tid >> 5                        # the column this warp scans the folds of
+        lane = cuda.laneid
+        c = (s - a * col_strips) * tc + x
+        column = row_in(xs, np.uint64(a), np.uint64(min(c, cols - 1)))
+        carry = init                        # warp w's: column w's total so far
+        chunks = (length + rows_per_chunk - 1) // rows_per_chunk
+        if chunks == 0:
+            return                          # (a whole block: no barrier is left waiting)
+        load_rows(cur, column, y * per, length)
+        for ch in range(chunks):
+            top = ch * rows_per_chunk
+            row0 = top + y * per
+            mine = min(max(length - row0, 0), per)
+            busy = min(32, (length - top + per - 1) // per)     # threads of a column with rows
+            fold = get(cur, 0)
+            for k in range(1, per):
+                if k < mine:
+                    fold = combine(fold, get(cur, k))
+            put(folds, y * pitch + x, fold)
+            if ch + 1 < chunks:
+                load_rows(nxt, column, row0 + rows_per_chunk, length)
+            cuda.syncthreads()
+            inc = scan_lanes(get(folds, min(lane, busy - 1) * pitch + w))
+            before = shfl_up(FULL_MASK, inc, 1)
+            if exclusive or ch > 0:
+                before = carry if lane == 0 else combine(carry, before)
+            if lane < busy:
+                put(folds, lane * pitch + w, before)     # (inclusive, first chunk, lane 0: unread)
+            total = shfl_idx(FULL_MASK, inc, busy - 1)
+            carry = combine(carry, total) if (exclusive or ch > 0) else total
+            cuda.syncthreads()
+            if c < cols and mine > 0:
+                have = exclusive or ch > 0 or y > 0
+                run = get(folds, y * pitch + x)
+                mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
+                for k in range(per):
+                    if k < mine:
+                        v = get(cur, k)
+                        if exclusive:
+                            store_out(mine_out, np.uint32(k), to_out(run))
+                            run = combine(run, v)
+                        else:
+                            run = combine(run, v) if have else v
+                            have = True
+                            store_out(mine_out, np.uint32(k), to_out(run))
+            # (no third barrier: a thread's next fold goes to its own slot, which after the
+            # second barrier only it reads)
+            for k in range(per):
+                put(cur, k, get(nxt, k))
+
+    # 64 registers a thread (two chunks' items): 1024 threads an SM, 32 / tc blocks
+    scan_column_strips.jit_options = {"launch_bounds": (32 * tc, max(1, 32 // tc))}
+    return scan_column_strips
+
+
+def _strip_width(b, lay):
+    """Columns a strip of :func:`column_strips_kernel` for ``lay`` (0: strips would not
+    fill the GPU, the column tiles run)."""
+    if not COLUMN_STRIPS:
+        return 0
+    sms = _launch.sm_count(b.device_id)
+    for tc in STRIP_WIDTHS:
+        if lay.A * -(-lay.C // tc) >= STRIP_FILL * sms * max(1, 32 // tc):
+            return tc
+    return 0
+
+
 # --- gather (views that are not three merged groups) -----------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -793,7 +936,9 @@ def _columns_route(b, lay, algorithm):
     order of operations, so floating-point results are the same bits every run)."""
     if _column_chunks(b, lay)[1] == 1:
         return "one"
-    return "spine" if algorithm == "reduce_then_scan" else "tiles"
+    if algorithm == "reduce_then_scan":
+        return "spine"
+    return "strips" if _strip_width(b, lay) else "tiles"
 
 
 def _column_tiles(lay, in_vt, acc_vt):
@@ -822,6 +967,8 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var, algorithm=None):
         route = _columns_route(b, lay, algorithm)
         if route == "one":
             return S._bytes(acc_vt, 1)
+        if route == "strips":
+            return 0
         if route == "tiles":
             if S.state_layout(var.states, acc_vt, in_vt) in ("packed", "pair"):
                 return 0                          # the states live in the look-back state
@@ -898,6 +1045,14 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         return
     # columns
     route = _columns_route(b, lay, algorithm)
+    if route == "strips":
+        tc = _strip_width(b, lay)
+        per = strip_items(acc_vt)
+        col_strips = -(-lay.C // tc)
+        b.launch(column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform),
+                 ("scan_column_strips", op, in_vt, acc_vt, out_vt, kind, tc, per) + tf,
+                 lay.A * col_strips, 32 * tc, (xs, outs, col_strips, init))
+        return
     if route == "tiles":
         tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
         states = S.state_layout(var.states, acc_vt, in_vt)
