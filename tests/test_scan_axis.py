@@ -427,13 +427,15 @@ def test_column_tiles_against_loop(rng, shape, reverse):
     np.testing.assert_array_equal(got[1], want[1])
 
 
-@pytest.fixture
-def strips_everywhere(monkeypatch):
-    """Columns layouts take the column strips however few their strips (the simulator's
-    GPU is small), and the strips kernel is checked to have run."""
+@pytest.fixture(params=scan_axis.STRIP_WIDTHS)
+def strips_everywhere(request, monkeypatch):
+    """Columns layouts take the column strips of each width the planner may pick, however
+    few their strips (the simulator's GPU is small); the strips kernel is checked to have
+    run at that width (``ran``: its (width, rows a thread) pairs)."""
     ran = []
     kernel = scan_axis.column_strips_kernel
     monkeypatch.setattr(scan_axis, "STRIP_FILL", 0)
+    monkeypatch.setattr(scan_axis, "STRIP_WIDTHS", (request.param,))
     monkeypatch.setattr(scan_axis, "column_strips_kernel", lambda *a: ran.append(a[5:7]) or kernel(*a))
     return ran
 
@@ -455,7 +457,7 @@ def test_column_strips_against_numpy(rng, strips_everywhere, shape):
     m = rng.standard_normal(shape).astype(np.float32)
     got = to_host(cufold.inclusive_scan(to_device(m), cufold.maximum, axis=0))
     np.testing.assert_array_equal(got, np.maximum.accumulate(m, axis=0))
-    assert strips_everywhere and all(tc == 2 for tc, _ in strips_everywhere)
+    assert strips_everywhere and all(tc == scan_axis.STRIP_WIDTHS[0] for tc, _ in strips_everywhere)
 
 
 def test_column_strips_views_and_tuples(rng, strips_everywhere):
