@@ -14,7 +14,7 @@ from conftest import SCAN_VIEW_LAYOUTS, SIMULATOR, strided_view, to_device, to_h
 from numba import cuda
 
 import cufold
-from cufold.device import scan_axis
+from cufold.device import scan, scan_axis
 from cufold.ops import Op
 
 
@@ -436,6 +436,9 @@ def strips_everywhere(request, monkeypatch):
     kernel = scan_axis.column_strips_kernel
     monkeypatch.setattr(scan_axis, "STRIP_FILL", 0)
     monkeypatch.setattr(scan_axis, "STRIP_WIDTHS", (request.param,))
+    # plans are cached per call signature, which the width is not part of: plan afresh
+    scan._programs_of_scans.clear()
+    request.addfinalizer(scan._programs_of_scans.clear)
     monkeypatch.setattr(scan_axis, "column_strips_kernel", lambda *a: ran.append(a[5:7]) or kernel(*a))
     return ran
 
