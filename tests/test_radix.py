@@ -117,6 +117,30 @@ def test_one_program_per_signature(rng):
         np.testing.assert_array_equal(_arrays.as_numba(gv).copy_to_host(), want_v)
 
 
+@pytest.mark.parametrize("m", [1, 300, 4097])
+def test_positions_made_by_the_first_pass(m, rng):
+    """``values=Positions(dtype)``: each pair's input position, made by the first pass as
+    it moves the keys (no array of positions is read): the stable argsort, in every
+    later pass's order too (m = 300, 4097: several passes)."""
+    from cufold.host import programs
+    tile = radix.TILE.nt * radix.TILE.vt
+    n = 2 * tile + 37
+    keys = rng.integers(-1, m + 1, n).astype(np.int64)       # bad keys both sides
+    k = _arrays.describe(cuda.to_device(keys), "keys")
+    last = 2 * ((radix.passes(m) - 1) % 2)                  # the pair the last pass wrote
+    want_k, want_pos = expected(keys, np.arange(n), m)
+    for dt in (np.int32, np.uint64):
+        b = programs.Builder(k.device_id, 0)
+        kk = b.input(k)
+        at = radix.Positions(np.dtype(dt))
+        radix.group(b, kk, at, m, 0, radix.group_buffers(b, kk, at, m))
+        got = b.build(lambda outs: outs)(k)
+        np.testing.assert_array_equal(_arrays.as_numba(_arrays.describe(got[last], "k")).copy_to_host(), want_k)
+        pos = _arrays.as_numba(_arrays.describe(got[last + 1], "p")).copy_to_host()
+        assert pos.dtype == dt
+        np.testing.assert_array_equal(pos, want_pos)
+
+
 @gpu_only
 def test_large_input_three_passes(rng):
     n, m = 10_000_019, 1_000_000

@@ -45,6 +45,7 @@ import datetime
 import operator
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -89,7 +90,11 @@ def _plan_text(shape, axis):
         from cufold.device import scan_axis as SA
         strides = (shape[1], 1)
         lay = SA.plan_layout(shape, strides, strides, axis, False)
-        return "%s %dx%dx%d" % (lay.kind, lay.A, lay.L, lay.C)
+        kind = lay.kind
+        if kind == "columns":               # which columns kernel (the builder's device only)
+            route = SA._columns_route(types.SimpleNamespace(device_id=0), lay, None)
+            kind = {"one": "columns", "tiles": "col-tiles"}.get(route, route)
+        return "%s %dx%dx%d" % (kind, lay.A, lay.L, lay.C)
     except Exception as e:                       # noqa: BLE001 (a description only)
         return "? %s" % type(e).__name__
 

@@ -483,14 +483,6 @@ def welford_finish_kernel(out_vt):
     return finish
 
 
-def iota_kernel(positions, n):
-    """Kernel: ``positions[i] = i``."""
-    i = np.int64(cuda.grid(1))
-    while i < n:
-        positions[np.uint64(i)] = i
-        i += cuda.gridsize(1)
-
-
 @functools.lru_cache(maxsize=None)
 def _key_at(key_dt):
     """Device function ``key_at(keys, m, i) -> (key, bad)``: ``keys[i]`` as int64, a key
@@ -975,10 +967,8 @@ def _sorted_path(grouped):
         values = vals[0] if lift in ("index", "welford") or not in_vt.is_tuple else vals
         positions = None
         if grouped:
-            pos_dt = np.dtype(np.uint32 if n < U32_MAX else np.uint64)
-            iota = b.output(like, (n,), pos_dt)
-            b.launch(iota_kernel, ("bykey-iota",), _each_grid(n), EACH_NT, (iota, np.int64(n)))
-            keys, positions, _ = radix.group(b, keys, iota, m, 0, radix.group_buffers(b, like, iota, m),
+            at = radix.Positions(np.dtype(np.uint32 if n < U32_MAX else np.uint64))
+            keys, positions, _ = radix.group(b, keys, at, m, 0, radix.group_buffers(b, like, at, m),
                                              status=status, epoch=epoch, on_bad=_bk._record_out_of_range)
             epoch = np.int64(0)
         if not grouped and epoch is not _UNCHECKED:

@@ -47,6 +47,7 @@ counting with ``match_any`` peers). A onesweep-style sort (CUB's: look-back inst
 the count and scan launches) is what would come next; see docs/performance.md.
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -59,9 +60,19 @@ from ..host import arrays as _arrays, launch as _launch, programs as _programs
 from . import scan
 from ..host.launch import Tile, gated_off
 
-__all__ = ["group", "group_by_key", "sort_key_dtype", "passes", "pair_count", "DIGIT_BITS", "TILE"]
+__all__ = ["group", "group_by_key", "sort_key_dtype", "passes", "pair_count", "Positions", "DIGIT_BITS", "TILE"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+
+
+class Positions(collections.namedtuple("Positions", "dtype")):
+    """:func:`group`'s ``values`` when they are each pair's input position ``0 .. n-1``
+    in ``dtype`` (a permutation to gather by): the first pass makes them as it moves the
+    keys, so no array of positions is written and read back first.
+
+    Example: ``group(b, keys, Positions(np.dtype(np.uint32)), m)``."""
+
+
 #: Bits sorted per pass.
 DIGIT_BITS = 4 if SIMULATOR else 7
 #: Threads per block and elements per thread (every warp keeps ``VT`` rows in registers
@@ -153,10 +164,11 @@ def count_kernel(key_dt, sk_dt, first, digit_bits, tile, on_bad):
 
 
 @functools.lru_cache(maxsize=None)
-def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
+def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile, positions=False):
     """Kernel ``(keys, values, n, m, shift, offsets, tiles, out_keys, out_values, gate,
     gate_on)``: tile ``blockIdx.x``'s pairs moved, stably, to their digit's slots
     (``offsets``: the exclusive scan of ``count_kernel``'s counts); gated as ``count_kernel``.
+    ``positions``: each pair's value is its position ``i`` (``values`` is not read).
 
     The tile is first ordered by digit in shared memory, then written slot by slot, so
     that consecutive threads write consecutive addresses within each digit's run (a
@@ -173,6 +185,15 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
     peers = warp.peers(np.int32)
     offsets_of = block.exclusive_scan(plus, count_dt, nt)
     SK, V, C = sk_dt.type, val_dt.type, count_dt.type
+
+    if positions:
+        @cuda.jit(device=True)
+        def value_at(values, i):
+            return V(i)
+    else:
+        @cuda.jit(device=True)
+        def value_at(values, i):
+            return values[i]
 
     def scatter(keys, values, n, m, shift, offsets, tiles, out_keys, out_values, gate, gate_on):
         if gated_off(gate, gate_on):
@@ -201,7 +222,7 @@ def scatter_kernel(key_dt, sk_dt, val_dt, count_dt, first, digit_bits, tile):
             i = base + r * 32
             if i < n:
                 ks[r] = sort_key(keys, i, m)
-                vs[r] = values[i]
+                vs[r] = value_at(values, i)
         for r in range(vt):
             d = np.int32(radix)
             if base + r * 32 < n:
@@ -283,6 +304,9 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     first pass for every bad key's input position ``i`` when ``epoch > 0`` (an
     ``np.int64``, or a per-call value of ``b``).
 
+    ``values``: a placeholder, or :class:`Positions` (each pair's input position, made by
+    the first pass).
+
     ``gate``: None, or ``(flag, value)``: the counting and moving kernels run only where
     ``flag[0] == value`` on the GPU (elsewhere the results are not written; the digit
     counts' scans still run, on whatever the counts hold).
@@ -315,7 +339,8 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
     if status is None or on_bad is None:
         status, epoch, on_bad = counts, np.int64(0), _no_report   # nothing is recorded at epoch 0
     flag, gate_on = _launch.gate_args(b, gate)
-    src_k, src_v = keys, values
+    made = isinstance(values, Positions)          # the first pass makes the values
+    src_k, src_v = keys, (keys if made else values)   # (made: a stand-in, never read)
     for p in range(n_passes):
         first = p == 0
         key_dt = keys.dtype if first else sk_dt
@@ -327,8 +352,9 @@ def group(b, keys, values, m, offset=0, buffers=None, status=None, epoch=np.int6
         # the scan of the counts, in place (its scratch after them)
         scan.add_launches(b, scan_plan, counts, counts, slots, 0, False, scratch=(ws, scan_at))
         dst_k, dst_v = buffers[p % 2]
-        b.launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
-                 ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile),
+        here = made and first
+        b.launch(scatter_kernel(key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile, here),
+                 ("radix-scatter", key_dt, sk_dt, values.dtype, count_dt, first, digit_bits, tile, here),
                  tiles, nt, (src_k, src_v, n64, m64, shift, counts, tiles64, dst_k, dst_v, flag, gate_on))
         src_k, src_v = dst_k, dst_v
     return src_k, src_v, end

@@ -930,8 +930,9 @@ def _column_chunks(b, lay):
 
 def _columns_route(b, lay, algorithm):
     """How a columns layout runs: 'one' (a thread per column walks all of it:
-    columns enough to fill the GPU), else 'tiles' (:func:`column_tiles_kernel`,
-    one pass), or 'spine' for ``algorithm="reduce_then_scan"`` (upsweep, a scan of
+    columns enough to fill the GPU), 'strips' (:func:`column_strips_kernel`: strips
+    enough to fill it, 4096+ columns of 4-byte items), else 'tiles'
+    (:func:`column_tiles_kernel`, one pass), or 'spine' for ``algorithm="reduce_then_scan"`` (upsweep, a scan of
     the chunk folds, downsweep: 3 launches, the input read twice, but a fixed
     order of operations, so floating-point results are the same bits every run)."""
     if _column_chunks(b, lay)[1] == 1:
