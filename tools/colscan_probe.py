@@ -5,6 +5,11 @@ planner's tile and with forced ones (columns a tile x rows a thread), the
 the percentage of the floor (read + write at ``--copy`` GB/s).
 
     PYTHONPATH=src python tools/colscan_probe.py [--copy 4147] [--once]   # --once: one call each, for ncu
+    PYTHONPATH=src python tools/colscan_probe.py --strips    # the strips' widths and bytes a thread, in turns
+
+``--strips``: only the shapes with 4096+ columns, the column strips of each width (32, 16, 8)
+and each STRIP_BYTES (32, 48: accumulator bytes a thread holds a chunk), float32 and float64,
+each setting twice in turns (drift shows as a difference between the two rounds).
 """
 import sys
 
@@ -34,6 +39,37 @@ def forced(tile):
 def fresh():
     S._programs_of_scans.clear()
 
+
+def strips_only():
+    """Each (width, bytes) setting of the column strips, twice in turns, float32 and float64."""
+    settings = [(w, nb) for w in (32, 16, 8) for nb in (32, 48)]
+    widths, nbytes = SA.STRIP_WIDTHS, SA.STRIP_BYTES
+    for shape in [s for s in SHAPES if s[1] >= 4096]:
+        for dtype in (torch.float32, torch.float64):
+            n = shape[0] * shape[1]
+            size = torch.tensor([], dtype=dtype).element_size()
+            xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(max(2, -(-(256 << 20) // (size * n))))]
+            floor_us = 2 * size * n / copy / 1e3
+            want = torch.cumsum(xs[0].double(), 0)
+            times = {}
+            for _ in range(2):
+                for w, nb in settings:
+                    SA.STRIP_WIDTHS, SA.STRIP_BYTES = (w,), nb
+                    fresh()
+                    got = cufold.cumsum(xs[0], axis=0)
+                    err = ((got.double() - want).abs().max() / want.abs().max()).item()
+                    assert err < 1e-5, (shape, w, nb, err)
+                    times.setdefault((w, nb), []).append(rotating_us(lambda x: cufold.cumsum(x, axis=0), xs))
+            for (w, nb), us in times.items():
+                print("%-14s %-8s strips %2d wide, %2d B   %7.1f %7.1f us  %4.0f%%" % (
+                    "x".join(map(str, shape)), str(dtype)[6:], w, nb, us[0], us[1], 100 * floor_us / min(us)), flush=True)
+    SA.STRIP_WIDTHS, SA.STRIP_BYTES = widths, nbytes
+    fresh()
+
+
+if "--strips" in sys.argv:
+    strips_only()
+    sys.exit(0)
 
 print("%-14s %-22s %9s %7s" % ("shape", "variant", "us", "%floor"))
 for shape in SHAPES:

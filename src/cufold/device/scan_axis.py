@@ -130,6 +130,9 @@ COLUMN_TILE_WIDTH = 8
 #: threads an SM at 64 registers) takes them (``CUFOLD_COLUMN_STRIPS=0``: never; the column tiles instead).
 STRIP_WIDTHS = (2,) if config.ENABLE_CUDASIM else (32, 16, 8)
 STRIP_FILL = 0.9
+#: Bytes of accumulators a thread of the column strips holds a chunk (``CUFOLD_COLUMN_STRIP_BYTES``;
+#: ptxas sm_90, float32: 32 -> 62 registers, 48 -> 64, 64 -> 64 and 16 bytes of spills).
+STRIP_BYTES = int(os.environ.get("CUFOLD_COLUMN_STRIP_BYTES", "32"))
 COLUMN_STRIPS = os.environ.get("CUFOLD_COLUMN_STRIPS", "1") != "0"
 FULL_MASK = 0xFFFFFFFF
 
@@ -733,9 +736,9 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
 # --- column strips: a block down each strip of columns, no look-back ----------------------------
 
 def strip_items(acc_vt):
-    """Rows a thread of the column-strips kernel takes a chunk (16-32 bytes of values in
-    registers, twice: the chunk it scans and the next one, loading)."""
-    return 2 if config.ENABLE_CUDASIM else max(2, 32 // max(4, acc_vt.itemsize))
+    """Rows a thread of the column-strips kernel takes a chunk (STRIP_BYTES of values in
+    registers, at least 2 values; twice: the chunk it scans and the next one, loading)."""
+    return 2 if config.ENABLE_CUDASIM else max(2, STRIP_BYTES // max(4, acc_vt.itemsize))
 
 
 @functools.lru_cache(maxsize=None)
