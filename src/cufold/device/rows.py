@@ -106,9 +106,10 @@ ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else int(os.environ.get("CUFOLD_ROWS_ADAP
 ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
 #: Hardware-atomic rows (sums) of at least this many features take the adaptive path too,
 #: their table in L2 or not (``CUFOLD_ROWS_ADAPTIVE_HW_F``; 0: only a table larger than L2).
-#: Off until timed: at F = 64 on shuffled power-law keys (E = 4M, N = 200k, H200) the grouped
-#: rows (``deterministic=True``, 810-821 us) beat the atomic quads (1040-1047 us), which the L2's
-#: atomic bandwidth holds; sorted keys would pay the look and the grouping's scans.
+#: Off: at F = 64 (E = 4M power-law keys into N = 200k rows, H200, two runs) 32 takes shuffled
+#: keys' sums 1076 / 1038 -> 838 / 800 us (the L2's atomic bandwidth holds the atomic quads) but
+#: sorted keys' 371 / 359 -> 461 / 433: the look, the grouping's scans and ~15 launches that
+#: return at once cost more than the GPU time they take (~50 us of kernels).
 ADAPTIVE_HW_FEATURES = int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_HW_F", "0"))
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
@@ -811,9 +812,7 @@ def _plan_into(key, k, v, o, *epoch):
             b.launch(unsorted_kernel(), ("rows-unsorted",), min(-(-n // nt), 1024), nt, (ks, np.int64(n), flag))
             gate = (flag, 1)
         # (adaptive: the atomic rows go first, so that on sorted keys the GPU runs them while
-        # Python still launches the grouping's kernels, which then return at once; the other
-        # way round the GPU would wait for those launches: +90 us at F = 64, E = 4M, H200, predicted
-        # to be launch time)
+        # Python still launches the grouping's kernels, which then return at once)
         if not ordered:
             quads, flush4 = quads_for("atomic", op, F, vflat, oflat, device_id)
             P, V, S, U = shape_for(F, peers=PEERS, quads=quads)
