@@ -979,6 +979,29 @@ def test_axes_cases_floor_and_targets():
     assert out.getvalue().count("axis=") == 6
 
 
+def test_scan_axes_copy_column_and_targets():
+    """bench scan-axes: the same-shape copy (torch moving the same bytes, no scan) beside each
+    case, its share of cufold's time (``%copy``) and the target against it; an affine case
+    compares JAX with the copy of its bytes."""
+    from cufold.bench import scan_axes as SX
+    ok = lambda us: {"status": "ok", "gpu_us": us}                          # noqa: E731
+    fast = {"kind": "cumsum", "shape": [4096, 4096], "axis": 0, "reverse": False, "plan": "strips 1x4096x4096",
+            "floor_us": 32.0, "cufold": ok(40.0), "torch": ok(1500.0), "copy": ok(37.0)}
+    slow = dict(fast, shape=[16, 1048576], plan="columns 1x16x1048576", cufold=ok(44.0), copy=ok(36.0))
+    aff = {"kind": "affine", "shape": [4096, 2048], "axis": 1, "reverse": False, "plan": "tiles 4096x2048x1",
+           "floor_us": 24.0, "floor_both_us": 32.0, "cufold": ok(28.8), "triton": ok(28.3), "jax": ok(130.0),
+           "copy": ok(27.0), "both": ok(40.0)}
+    res = {"meta": {"device": {"name": "H200"}, "copy_GBps": 4168.0}, "records": [fast, slow, aff]}
+    res["targets_evaluated"] = SX.evaluate(res)
+    by_name = {t["name"]: t for t in res["targets_evaluated"]}
+    shape_target = by_name["cumsum >= 90% of the same-shape copy's speed (what the shape allows)"]
+    assert (shape_target["status"], shape_target["misses"]) == ("MISS", 1)       # 36/44 = 0.82; 37/40 passes
+    assert shape_target["missed"] == ["cumsum 16x1048576 axis=0 0.82"]
+    text = SX.format_results(res)
+    assert "%copy" in text and " 92%" in text and " 82%" in text
+    assert "the same bytes with no scan (a + b) take 27.0 us: 4.81x jax" in text
+
+
 def test_axes_launched_plan():
     """The axes table's plan column is what cufold launched (splits fitted to the kernel's
     occupancy), read while a call plans; a call already planned gives None."""
