@@ -278,8 +278,8 @@ def rows_kernel(spec):
     G = 32 // P
     quads = spec.quads is not None
     load4 = spec.quads == "load4"
-    red4 = spec.flush4 == "add4"
-    cas4 = spec.flush4 in ("cas4", "red4")
+    flush_add4 = spec.flush4 == "add4"                    # one 16-byte reduction of a lane's four
+    flush_read4 = spec.flush4 in ("cas4", "red4")          # the four words read at once first
     red_word = (_quads.red_max if op.atomic == "max" else _quads.red_min) if spec.flush4 == "red4" else None
     assert not quads or V == 4
     assert spec.flush4 is None or (quads and spec.mode == "atomic")
@@ -301,7 +301,7 @@ def rows_kernel(spec):
     check = spec.check
     update = bykey._updater(op, spec.out_dt, bykey._atomic_mode(op, spec.out_dt), True) if atomic else None
     update_from = bykey._updater(op, spec.out_dt, "cas_from" if red_word is None else "red_from", True,
-                                 red_word) if cas4 else None
+                                 red_word) if flush_read4 else None
     record = bykey._record
     # the lanes of one group, as bits from the group's first lane on
     group_lanes = np.uint32(FULL_MASK if P == 32 else (1 << P) - 1)
@@ -401,11 +401,12 @@ def rows_kernel(spec):
     @cuda.jit(device=True)
     def flush_all(idv, vals, piece, f0, F, m, out, bits, ors, ofs, ooff, pv, init, has_init):
         """This lane's features of a run (``vals``: ``V`` accumulators), each as ``flush``
-        does; 'add4': one 16-byte reduction of the four; 'cas4': their words in one read."""
-        if red4:
+        does; 'add4': one 16-byte reduction of the four; 'cas4' and 'red4': their words in
+        one read, then a compare-and-swap or an integer reduction for each that changes."""
+        if flush_add4:
             if f0 < F and idv >= 0 and idv < m:
                 add_quad(out, idv * ors + f0 + ooff, OUT(vals[0]), OUT(vals[1]), OUT(vals[2]), OUT(vals[3]))
-        elif cas4:
+        elif flush_read4:
             if f0 < F and idv >= 0 and idv < m:
                 ix = idv * ors + f0 + ooff
                 w0, w1, w2, w3 = read_words(bits, ix)
