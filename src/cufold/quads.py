@@ -66,19 +66,18 @@ if SIMULATOR:
 
     read4 = load4
 
-    @cuda.jit(device=True)
-    def red_max(array, i, v):
-        if v != v:
-            cuda.atomic.exch(array, i, v)
-        else:
-            cuda.atomic.max(array, i, v)
+    def _extreme_red(which):
+        """``red_max`` / ``red_min``: a NaN stored, else the atomic ``which``."""
+        @cuda.jit(device=True)
+        def red(array, i, v):
+            if v != v:
+                cuda.atomic.exch(array, i, v)
+            else:                           # (looked up as the kernel runs: the simulator's cuda)
+                getattr(cuda.atomic, which)(array, i, v)
+        return red
 
-    @cuda.jit(device=True)
-    def red_min(array, i, v):
-        if v != v:
-            cuda.atomic.exch(array, i, v)
-        else:
-            cuda.atomic.min(array, i, v)
+    red_max = _extreme_red("max")
+    red_min = _extreme_red("min")
 
 else:
     from llvmlite import ir

@@ -586,6 +586,74 @@ def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll, transform=Non
     return scan_columns
 
 
+# --- a thread's rows of one column: what both column kernels do with them ----------------------
+
+ColumnRows = collections.namedtuple("ColumnRows", "column load fold store")
+
+
+@functools.lru_cache(maxsize=None)
+def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None):
+    """Device functions over a thread's ``per`` consecutive rows of one column of 3-D
+    ``(A, L, C)`` arrays (a thread's loads: one address and a stride, not one address an
+    item), the items held at ``items[k * stride + at]`` (registers: ``at`` 0, ``stride`` 1;
+    a block's shared tile: the thread's index and the block's threads):
+
+    ``column(xs, a, c)``: column ``(a, c)`` of the input, a 1-D view;
+    ``load(items, at, stride, column, row0, length, whole)``: rows ``row0 ..`` of ``column``
+    as accumulators (``transform`` applied); ``whole``: all ``per`` rows lie inside (else rows
+    past the end repeat the last);
+    ``fold(items, at, stride, mine)``: the fold of the first ``mine`` items (the first
+    item alone where ``mine <= 1``: a thread past the end folds a repeat, never read);
+    ``store(outs, a, c, row0, items, at, stride, mine, run, have)``: the first ``mine``
+    items scanned after ``run`` (``have``: ``run`` holds a value; an exclusive scan stores
+    ``run`` first, so it always has one) into column ``(a, c)`` of ``outs`` from ``row0``."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
+    view_in, load_in, _ = S._lane_io(in_vt, "stream")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
+    get, put = acc_vt.load, acc_vt.store
+
+    @cuda.jit(device=True)
+    def load(items, at, stride, column, row0, length, whole):
+        if whole:
+            mine_in = view_in(column, np.uint64(row0))
+            for k in range(per):
+                put(items, k * stride + at, to_acc(load_in(mine_in, np.uint32(k))))
+        else:
+            start = min(row0, length - 1)
+            last = np.uint32(length - 1 - start)
+            mine_in = view_in(column, np.uint64(start))
+            for k in range(per):
+                put(items, k * stride + at, to_acc(load_in(mine_in, min(np.uint32(k), last))))
+
+    @cuda.jit(device=True)
+    def fold(items, at, stride, mine):
+        total = get(items, at)
+        for k in range(1, per):
+            if k < mine:
+                total = combine(total, get(items, k * stride + at))
+        return total
+
+    @cuda.jit(device=True)
+    def store(outs, a, c, row0, items, at, stride, mine, run, have):
+        mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
+        for k in range(per):
+            if k < mine:
+                v = get(items, k * stride + at)
+                if exclusive:
+                    store_out(mine_out, np.uint32(k), to_out(run))
+                    run = combine(run, v)
+                else:
+                    run = combine(run, v) if have else v
+                    have = True
+                    store_out(mine_out, np.uint32(k), to_out(run))
+
+    return ColumnRows(row_in, load, fold, store)
+
+
 # --- column tiles: columns with a single-pass look-back down each strip -------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -615,6 +683,8 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
     # A thread's rows of its column: one address and a stride (not one address an item).
+    # (What _column_rows does, written out: the kernel through it compiles to other PTX,
+    # the same work; it moves over after a GPU run of it: docs/performance.md, session 31.)
     row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
     view_in, load_in, _ = S._lane_io(in_vt, "stream")
     view_out, _, store_out = S._lane_io(out_vt, "stream")
@@ -756,13 +826,9 @@ def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=Non
     carry and writes each thread its prefix, and the thread scans its rows after it. Two
     barriers a chunk. Where it pays: strips enough to fill the GPU (4096 columns and more
     of 4-byte items), where the column tiles spend 8 look-backs a tile."""
-    from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
-    row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
-    view_in, load_in, _ = S._lane_io(in_vt, "stream")
-    view_out, _, store_out = S._lane_io(out_vt, "stream")
-    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
+    rows = _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform)
     get, put = acc_vt.load, acc_vt.store
     scan_lanes = warp.inclusive_scan(op, acc_vt, width=32)
     shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
@@ -771,20 +837,6 @@ def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=Non
     local = _local(acc_vt, per)
     dims = _dims(in_vt)
     rows_per_chunk = 32 * per
-
-    @cuda.jit(device=True)
-    def load_rows(vals, column, row0, length):
-        """Rows ``row0 ..`` of the column into ``vals`` (past the end: the last row again)."""
-        if row0 + per <= length:
-            mine_in = view_in(column, np.uint64(row0))
-            for k in range(per):
-                put(vals, k, to_acc(load_in(mine_in, np.uint32(k))))
-        else:
-            start = min(row0, length - 1)
-            last = np.uint32(length - 1 - start)
-            mine_in = view_in(column, np.uint64(start))
-            for k in range(per):
-                put(vals, k, to_acc(load_in(mine_in, min(np.uint32(k), last))))
 
     def scan_column_strips(xs, outs, col_strips, init):
         folds = folds_storage()
@@ -800,24 +852,21 @@ def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=Non
         w = tid >> 5                        # the column this warp scans the folds of
         lane = cuda.laneid
         c = (s - a * col_strips) * tc + x
-        column = row_in(xs, np.uint64(a), np.uint64(min(c, cols - 1)))
+        column = rows.column(xs, np.uint64(a), np.uint64(min(c, cols - 1)))
         carry = init                        # warp w's: column w's total so far
         chunks = (length + rows_per_chunk - 1) // rows_per_chunk
         if chunks == 0:
             return                          # (a whole block: no barrier is left waiting)
-        load_rows(cur, column, y * per, length)
+        rows.load(cur, 0, 1, column, y * per, length, y * per + per <= length)
         for ch in range(chunks):
             top = ch * rows_per_chunk
             row0 = top + y * per
             mine = min(max(length - row0, 0), per)
             busy = min(32, (length - top + per - 1) // per)     # threads of a column with rows
-            fold = get(cur, 0)
-            for k in range(1, per):
-                if k < mine:
-                    fold = combine(fold, get(cur, k))
-            put(folds, y * pitch + x, fold)
+            put(folds, y * pitch + x, rows.fold(cur, 0, 1, mine))
             if ch + 1 < chunks:
-                load_rows(nxt, column, row0 + rows_per_chunk, length)
+                ahead = row0 + rows_per_chunk
+                rows.load(nxt, 0, 1, column, ahead, length, ahead + per <= length)
             cuda.syncthreads()
             inc = scan_lanes(get(folds, min(lane, busy - 1) * pitch + w))
             before = shfl_up(FULL_MASK, inc, 1)
@@ -829,19 +878,8 @@ def column_strips_kernel(op, in_vt, acc_vt, out_vt, kind, tc, per, transform=Non
             carry = combine(carry, total) if (exclusive or ch > 0) else total
             cuda.syncthreads()
             if c < cols and mine > 0:
-                have = exclusive or ch > 0 or y > 0
-                run = get(folds, y * pitch + x)
-                mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
-                for k in range(per):
-                    if k < mine:
-                        v = get(cur, k)
-                        if exclusive:
-                            store_out(mine_out, np.uint32(k), to_out(run))
-                            run = combine(run, v)
-                        else:
-                            run = combine(run, v) if have else v
-                            have = True
-                            store_out(mine_out, np.uint32(k), to_out(run))
+                rows.store(outs, a, c, row0, cur, 0, 1, mine, get(folds, y * pitch + x),
+                           exclusive or ch > 0 or y > 0)
             # (no third barrier: a thread's next fold goes to its own slot, which after the
             # second barrier only it reads)
             for k in range(per):

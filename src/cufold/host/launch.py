@@ -1287,7 +1287,7 @@ def _target_without_blas():
             raise ImportError("cufold: no BLAS for CUDA kernels")
 
         linalg.ensure_blas = no_blas
-        try:
+        try:                    # (arraymath imports it by name: it gets the real one back too)
             importlib.import_module("numba.cuda.np.arraymath").ensure_blas = ensure_blas
         except Exception:       # the module failed here: the target's own load retries it, and says why
             pass
