@@ -11,6 +11,7 @@ warp per row and several feature chunks. Outputs are poisoned when allocated.
 
 import inspect
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -201,6 +202,53 @@ def test_into_adaptive_sums_in_l2(rng, monkeypatch):
         rows._into_programs.clear()
 
 
+def test_into_path_hints(rng, monkeypatch):
+    """An adaptive signature's later calls launch only the path the previous call's look
+    chose (its hint, read without waiting): keys sorted, shuffled, shuffled, sorted, sorted
+    take the gated pair of paths, then atomic (the hint of the sorted call), grouped,
+    grouped (a sorted call grouped: the hint is one call late, the result still right) and
+    atomic; ``CUFOLD_ROWS_PATH_HINTS=0``: the gated pair every call. A checked call's bad
+    key is reported whichever path runs."""
+    import importlib
+    rows = importlib.import_module("cufold.device.rows")
+    n, m, F = (N, 40, 8) if SIMULATOR else (70_000, 5000, 40)
+    values = rng.standard_normal((n, F)).astype(np.float32)
+    start = rng.standard_normal((m, F)).astype(np.float32)
+    dev_values = to_device(values)
+    ran = []
+    run = rows._into_programs.run
+    monkeypatch.setattr(rows, "_into_programs", types.SimpleNamespace(
+        run=lambda key, *a: ran.append(key[-1]) or run(key, *a)))
+    try:
+        for hints, want_paths in ((True, [None, "atomic", "grouped", "grouped", "atomic"]), (False, [None] * 5)):
+            monkeypatch.setattr(rows, "PATH_HINTS", hints)
+            rows._path_hints.clear()
+            ran.clear()
+            for shuffled in (False, True, True, False, False):
+                keys = power_keys(rng, n, m, shuffled=shuffled)
+                out = to_device(start)
+                cufold.reduce_by_key_into(to_device(keys), dev_values, out, cufold.maximum, check=False)
+                if not SIMULATOR:
+                    cuda.synchronize()      # (so that the hint has landed: the test's order)
+                np.testing.assert_array_equal(to_host(out), add_at_rows(start, keys, values, np.maximum))
+            assert ran == want_paths
+        monkeypatch.setattr(rows, "PATH_HINTS", True)
+        ran.clear()
+        for shuffled, bad in ((True, False), (True, True), (False, False), (False, True)):   # checked calls
+            keys = power_keys(rng, n, m, shuffled=shuffled)
+            if bad:
+                keys[n // 2] = m
+                with pytest.raises(IndexError, match="key %d at position %d" % (m, n // 2)):
+                    cufold.reduce_by_key_into(to_device(keys), dev_values, to_device(start), cufold.maximum)
+            else:
+                cufold.reduce_by_key_into(to_device(keys), dev_values, to_device(start), cufold.maximum)
+            if not SIMULATOR:
+                cuda.synchronize()
+        assert ran == [None, "grouped", "grouped", "atomic"]
+    finally:
+        monkeypatch.undo()
+
+
 @pytest.mark.parametrize("F", [8, 33])
 @pytest.mark.parametrize("order", ["sorted", "shuffled", "sorted_bad", "shuffled_bad"])
 def test_into_adaptive(rng, F, order):
@@ -246,6 +294,7 @@ def test_into_quads(rng, monkeypatch, F, shuffled):
     rows = importlib.import_module("cufold.device.rows")
     seen, flushes = [], []
     kernel = rows.rows_kernel
+    monkeypatch.setattr(rows, "PATH_HINTS", False)   # (an adaptive plan's both paths, every call)
     monkeypatch.setattr(rows, "rows_kernel",
                         lambda spec: seen.append(spec.quads) or flushes.append(spec.flush4) or kernel(spec))
     rows._into_programs.clear()

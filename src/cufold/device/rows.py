@@ -55,7 +55,9 @@ call                            kernels
 ``reduce_by_key_into``          ``atomic`` rows over the keys (any key order; ``check`` as 1-D)
 ``... F >= 32, n >= 2^16,``     adaptive, on the GPU: a kernel flags keys that are not sorted;
 ``a CAS operator or out > L2``  flagged, the ``deterministic=True`` kernels below run and the
-                                atomic ones return at once; not flagged, the other way round
+                                atomic ones return at once; not flagged, the other way round.
+                                Later calls of the signature launch only the path the last
+                                flag chose (a hint read without waiting: ``PATH_HINTS``)
 ``... deterministic=True``      floats: a stable radix grouping of ``(keys, row index)``
 (or a non-commutative op)       (``cufold.device.radix``), then ``ordered`` rows gathering rows
                                 by index, folded into ``out`` (``out[id] = op(out[id], total)``)
@@ -84,7 +86,7 @@ from numba import config, cuda
 from .. import _codegen, quads as _quads, warp
 from ..ops import as_op, as_transform
 from ..values import ValueType
-from ..host import arrays as _arrays, launch as _launch, programs as _programs
+from ..host import arrays as _arrays, launch as _launch, programs as _programs, readback as _readback
 from ..host.launch import gated_off
 
 __all__ = ["SPAN_ROWS", "reduce_by_key_into", "rows_kernel", "segmented_reduce"]
@@ -111,6 +113,12 @@ ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
 #: sorted keys' 371 / 359 -> 461 / 433: the look, the grouping's scans and ~15 launches that
 #: return at once cost more than the GPU time they take (~50 us of kernels).
 ADAPTIVE_HW_FEATURES = int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_HW_F", "0"))
+#: An adaptive signature's later calls launch only the path its previous look chose
+#: (``CUFOLD_ROWS_PATH_HINTS=0``: both paths, gated on the GPU, every call). The look still
+#: runs every call and publishes its answer to a host-mapped slot (readback.HintSlot),
+#: read without waiting: a call whose keys changed order takes the other path's time
+#: once, never a wrong result (either path is right for any order).
+PATH_HINTS = os.environ.get("CUFOLD_ROWS_PATH_HINTS", "1") != "0"
 #: Steps whose loads are issued together (rows of 32+ features: a warp's row a step).
 UNROLL = 4
 #: Steps whose loads are issued together for rows of < 32 features (``CUFOLD_ROWS_UNROLL``):
@@ -636,6 +644,17 @@ def rows_kernel(spec):
 
 
 @functools.lru_cache(maxsize=None)
+def publish_kernel():
+    """Kernel ``(flag, slot)``: ``slot[0] = flag[0]`` (one thread: the unsorted look's
+    answer into a host-mapped hint slot, readback.HintSlot)."""
+
+    def publish(flag, slot):
+        slot[0] = flag[0]
+
+    return publish
+
+
+@functools.lru_cache(maxsize=None)
 def unsorted_kernel():
     """Kernel ``(keys, n, flag)``: ``flag[0] = 1`` where some ``keys[i] > keys[i + 1]``
     (``flag`` is set to 0 before it)."""
@@ -760,8 +779,13 @@ def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle, tra
         key = (op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform)
         programs = bykey._bykey_programs
     else:
-        key = ("rows", op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform)
+        key = ("rows", op, algorithm, deterministic, check, sig(k), sig(v), sig(o), handle, transform, None)
         programs = _into_programs
+        slot = _path_hints.get(key)         # an adaptive signature's: what its last look found
+        if slot is not None and PATH_HINTS:
+            seen = slot.read()              # (no wait: -1 until a look's answer has landed)
+            if seen >= 0:
+                key = key[:-1] + ("grouped" if seen else "atomic",)
     if check:
         programs.run(key, k, v, o, bykey._status(o.device_id, handle, True)[1])
     else:
@@ -771,7 +795,7 @@ def reduce_by_key_into(k, v, o, op, algorithm, deterministic, check, handle, tra
 def _plan_into(key, k, v, o, *epoch):
     """The Program of a feature-row ``reduce_by_key_into`` signature."""
     from . import bykey, radix
-    _, op, algorithm, deterministic, check, _, _, _, handle, transform = key
+    _, op, algorithm, deterministic, check, _, _, _, handle, transform, path = key
     op = as_op(op)
     transform = as_transform(transform)
     if algorithm is not None:
@@ -796,7 +820,9 @@ def _plan_into(key, k, v, o, *epoch):
     # Keys in any order whose updates are costly (a compare-and-swap loop a feature, or a
     # table larger than L2, where every update is a read-modify-write of DRAM) take either
     # path, chosen on the GPU: grouped by key first where the keys are not sorted, atomic
-    # runs where they are (a kernel looks; the other path's kernels return at once).
+    # runs where they are (a kernel looks; the other path's kernels return at once). The
+    # signature's later calls launch only the path the last look chose (``path``, from the
+    # hint the look publishes; PATH_HINTS), and the look again, for the call after.
     adaptive = (not ordered and op.identity_for(out_vt) is not None and n >= ADAPTIVE_MIN_ROWS
                 and F >= ADAPTIVE_MIN_FEATURES
                 and (mode == "cas" or m * F * o.dtype.itemsize > _launch.l2_bytes(device_id)
@@ -811,7 +837,19 @@ def _plan_into(key, k, v, o, *epoch):
             flag = b.output(ks, 1, np.dtype(np.int32))
             _launch.fill(b, ValueType.of(np.dtype(np.int32)), flag, 1, 0)
             b.launch(unsorted_kernel(), ("rows-unsorted",), min(-(-n // nt), 1024), nt, (ks, np.int64(n), flag))
-            gate = (flag, 1)
+            # the look's answer, for the next call of this signature to launch one path only
+            # (not planned during a CUDA graph's capture, where page-locked memory cannot be
+            # allocated: that signature keeps the gated pair)
+            hint_key = key[:-1] + (None,)
+            slot = _path_hints.get(hint_key)
+            if slot is None and PATH_HINTS and not _launch.capturing(handle):
+                slot = _path_hints.put(hint_key, _readback.hint_slot(device_id))
+            if slot is not None:
+                b.launch(publish_kernel(), ("rows-publish",), 1, 1, (flag, slot.arr))
+            if path is None:
+                gate = (flag, 1)
+            else:           # a hint chose: either path is right for any key order
+                adaptive, ordered = False, path == "grouped"
         # (adaptive: the atomic rows go first, so that on sorted keys the GPU runs them while
         # Python still launches the grouping's kernels, which then return at once)
         if not ordered:
@@ -840,6 +878,8 @@ def _plan_into(key, k, v, o, *epoch):
 
 
 _into_programs = _programs.Programs(_plan_into, "cufold.reduce_by_key_into (rows)", 4096)
+#: Adaptive signatures' hint slots (readback.HintSlot), by Program key (its path None).
+_path_hints = _launch.BoundedCache(4096)
 
 
 # --- segments ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from numba import config, cuda
 
 from . import arrays as _arrays, launch as _launch
 
-__all__ = ["read_to_host", "synchronize"]
+__all__ = ["read_to_host", "synchronize", "hint_slot"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 _PINNED_BYTES = 4096
@@ -148,3 +148,48 @@ def _read_strided(arr, stream):
         host = nb.copy_to_host(stream=s)
         s.synchronize()
         return host
+
+
+# --- hints: what a kernel found, read later without waiting --------------------------------------
+
+#: Slots of one page of hints (page-locked, mapped into the device's address space).
+HINT_SLOTS = 1024
+_hint_pages = {}
+_hint_lock = threading.Lock()
+
+
+class HintSlot:
+    """One int32 that kernels write (``arr``, an :class:`Arr` to pass them) and the host
+    reads whenever it likes (:meth:`read`), never waiting: ``-1`` until a kernel's value
+    has landed, then the latest one. A *hint*: what a Program learnt on an earlier call,
+    to steer the next one; a caller must be correct whatever it reads (slots are shared
+    round-robin past :data:`HINT_SLOTS` a device, and a replayed CUDA graph writes them
+    too).
+
+    Example: ``slot = hint_slot(0)``; a kernel stores ``slot.arr[0] = 1``; later
+    ``slot.read()`` is 1 (or still -1 while that kernel has not run)."""
+
+    __slots__ = ("arr", "_host", "_index")
+
+    def __init__(self, arr, host, index):
+        self.arr, self._host, self._index = arr, host, index
+
+    def read(self):
+        return int(self._host[self._index])
+
+
+def hint_slot(device_id):
+    """A :class:`HintSlot` of device ``device_id`` (the next of its page, round-robin)."""
+    with _hint_lock:
+        page = _hint_pages.get(device_id)
+        if page is None:
+            with _launch._numba_device_ctx(device_id):
+                mapped = cuda.mapped_array(HINT_SLOTS, np.int32, portable=True)
+            host = mapped._ary if SIMULATOR else mapped       # (the simulator's device memory is this array)
+            host[:] = -1
+            page = _hint_pages[device_id] = [_arrays.describe(mapped, "hints"), host, 0]
+        arr, host, used = page
+        page[2] = used + 1
+        index = used % HINT_SLOTS
+    return HintSlot(arr.view(np.int32, (1,), 4 * index), host, index)
+
