@@ -177,7 +177,7 @@ def test_into_bad_keys(rng, F):
 
 def test_into_adaptive_sums_in_l2(rng, monkeypatch):
     """Sums whose table fits in L2 take the adaptive path from ``CUFOLD_ROWS_ADAPTIVE_HW_F``
-    features on (off by default), sorted and shuffled keys."""
+    features on (32 by default; 0: off), sorted and shuffled keys."""
     import importlib
     rows = importlib.import_module("cufold.device.rows")
     looks = []

@@ -108,11 +108,12 @@ ADAPTIVE_MIN_FEATURES = 4 if SIMULATOR else int(os.environ.get("CUFOLD_ROWS_ADAP
 ADAPTIVE_MIN_ROWS = 1 if SIMULATOR else 1 << 16
 #: Hardware-atomic rows (sums) of at least this many features take the adaptive path too,
 #: their table in L2 or not (``CUFOLD_ROWS_ADAPTIVE_HW_F``; 0: only a table larger than L2).
-#: Off: at F = 64 (E = 4M power-law keys into N = 200k rows, H200, two runs) 32 takes shuffled
-#: keys' sums 1076 / 1038 -> 838 / 800 us (the L2's atomic bandwidth holds the atomic quads) but
-#: sorted keys' 371 / 359 -> 461 / 433: the look, the grouping's scans and ~15 launches that
-#: return at once cost more than the GPU time they take (~50 us of kernels).
-ADAPTIVE_HW_FEATURES = int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_HW_F", "0"))
+#: At F = 64 (E = 4M power-law keys into N = 200k rows, H200, two runs, gated pair every call)
+#: 32 took shuffled keys' sums 1076 / 1038 -> 838 / 800 us (the L2's atomic bandwidth holds the
+#: atomic quads) but sorted keys' 371 / 359 -> 461 / 433: the look, the grouping's scans and ~15
+#: launches that return at once. With PATH_HINTS a repeated call launches one path: predicted
+#: sorted ~375 (the look, 14 us), shuffled ~800. NOT YET TIMED with the hints.
+ADAPTIVE_HW_FEATURES = int(os.environ.get("CUFOLD_ROWS_ADAPTIVE_HW_F", "32"))
 #: An adaptive signature's later calls launch only the path its previous look chose
 #: (``CUFOLD_ROWS_PATH_HINTS=0``: both paths, gated on the GPU, every call). The look still
 #: runs every call and publishes its answer to a host-mapped slot (readback.HintSlot),
