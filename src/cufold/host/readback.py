@@ -185,9 +185,14 @@ def hint_slot(device_id):
         if page is None:
             with _launch._numba_device_ctx(device_id):
                 mapped = cuda.mapped_array(HINT_SLOTS, np.int32, portable=True)
-            host = mapped._ary if SIMULATOR else mapped       # (the simulator's device memory is this array)
+                if SIMULATOR:           # (the simulator's device memory is this very array)
+                    host, device = mapped._ary, mapped
+                else:                   # the device's view of the same page, as a Numba device array
+                    host = mapped       # (a MappedNDArray is a NumPy array to cufold: a host array)
+                    device = cuda.from_cuda_array_interface(mapped.__cuda_array_interface__, owner=mapped,
+                                                            sync=False)
             host[:] = -1
-            page = _hint_pages[device_id] = [_arrays.describe(mapped, "hints"), host, 0]
+            page = _hint_pages[device_id] = [_arrays.describe(device, "hints"), host, 0]
         arr, host, used = page
         page[2] = used + 1
         index = used % HINT_SLOTS
