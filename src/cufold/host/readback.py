@@ -197,4 +197,3 @@ def hint_slot(device_id):
         page[2] = used + 1
         index = used % HINT_SLOTS
     return HintSlot(arr.view(np.int32, (1,), 4 * index), host, index)
-
