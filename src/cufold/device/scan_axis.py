@@ -682,13 +682,7 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
-    # A thread's rows of its column: one address and a stride (not one address an item).
-    # (What _column_rows does, written out: the kernel through it compiles to other PTX,
-    # the same work; it moves over after a GPU run of it: docs/performance.md, session 31.)
-    row_in, row_out = _row_view(in_vt, "slice"), _row_view(out_vt, "slice")
-    view_in, load_in, _ = S._lane_io(in_vt, "stream")
-    view_out, _, store_out = S._lane_io(out_vt, "stream")
-    to_acc, to_out = S._to_acc(acc_vt, in_vt, transform), out_vt.cast
+    rows = _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform)
     get, put = acc_vt.load, acc_vt.store
     look_back = S._look_back(op, acc_vt, states, poll, published=True)
     publish = S._tile_states(acc_vt, states, poll)[0]
@@ -731,22 +725,8 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
         mine = min(max(length - row0, 0), per)    # this thread's rows inside the array
         busy = min(ty, (length - top_row + per - 1) // per)   # threads of a column with rows
         # (Unsigned indices: Numba adds no wraparound test for negative ones.)
-        column = row_in(xs, np.uint64(a), np.uint64(cc))
-        if mine == per:
-            mine_in = view_in(column, np.uint64(row0))
-            for k in range(per):
-                put(items, k * nt + tid, to_acc(load_in(mine_in, np.uint32(k))))
-        else:                                     # the last tile: rows past the end repeat the last
-            start = min(row0, length - 1)
-            last = np.uint32(length - 1 - start)
-            mine_in = view_in(column, np.uint64(start))
-            for k in range(per):
-                put(items, k * nt + tid, to_acc(load_in(mine_in, min(np.uint32(k), last))))
-        fold = get(items, tid)
-        for k in range(1, per):
-            if k < mine:
-                fold = combine(fold, get(items, k * nt + tid))
-        put(scans, tid, fold)
+        rows.load(items, tid, nt, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length, mine == per)
+        put(scans, tid, rows.fold(items, tid, nt, mine))
         cuda.syncthreads()
         # A warp a column: the column's threads in order (their carries within the tile, the
         # tile's total), then the column's state published.
@@ -788,17 +768,7 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
             carry = combine(carry, inside) if have else inside
             have = True
         if c < cols and mine > 0:
-            mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
-            for k in range(per):
-                if k < mine:
-                    v = get(items, k * nt + tid)
-                    if exclusive:
-                        store_out(mine_out, np.uint32(k), to_out(carry))
-                        carry = combine(carry, v)
-                    else:
-                        carry = combine(carry, v) if have else v
-                        have = True
-                        store_out(mine_out, np.uint32(k), to_out(carry))
+            rows.store(outs, a, c, row0, items, tid, nt, mine, carry, have)
 
     return scan_column_tiles
 
