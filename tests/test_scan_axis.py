@@ -115,6 +115,38 @@ def test_cummax_row_lengths(rng, length, axis):
         np.testing.assert_array_equal(got, flipped(np_cummax, x, axis, reverse))
 
 
+@pytest.mark.parametrize("length", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_segments_rows_dividing_a_warp(rng, monkeypatch, length, aligned):
+    """Rows of 2..32 items back to back (the segments kernel; its aligned form, a row within
+    a step's lanes, and the general one): inclusive, exclusive with init, reversed; enough
+    rows for a warp's whole steps and a partial last group; the affine recurrence (not
+    commutative) row by row against a loop."""
+    monkeypatch.setattr(scan_axis, "ALIGNED_SEGMENTS", aligned)
+    scan._programs_of_scans.clear()
+    rows = 3 + 2048 // length               # a partial last group of steps
+    x = rng.integers(-50, 50, (rows, length)).astype(np.float32)
+    d = to_device(x)
+    assert layout("segments", scan_axis.plan_layout(x.shape, (length, 1), (length, 1), 1, False))
+    for reverse in (False, True):
+        got = to_host(cufold.cumsum(d, axis=1, reverse=reverse))
+        np.testing.assert_array_equal(got, flipped(np_cumsum, x, 1, reverse))
+    want = np.cumsum(x, axis=1) - x + 7
+    got = to_host(cufold.exclusive_scan(d, cufold.plus, init=7, axis=1))
+    np.testing.assert_array_equal(got, want)
+    a = rng.choice(np.array([-1, 1], np.int64), x.shape)       # exact in int64
+    b = rng.integers(-3, 4, x.shape).astype(np.int64)
+    pair = to_device((a, b))
+    for reverse in (False, True):
+        got = to_host(cufold.inclusive_scan(pair, AFFINE, axis=1, reverse=reverse))
+        want = affine_loop(a, b, 1, reverse)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    got = to_host(cufold.exclusive_scan(pair, AFFINE, init=(1, 2), axis=1))
+    np.testing.assert_array_equal(got[1], affine_loop(a, b, 1, False, init=(1, 2))[1])
+    scan._programs_of_scans.clear()
+
+
 def test_cumsum_int32_is_int64_and_3d_axes(rng):
     x = rng.integers(-2**31, 2**31 - 1, (4, 6, 35)).astype(np.int32)
     d = to_device(x)

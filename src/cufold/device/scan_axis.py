@@ -114,11 +114,15 @@ __all__ = ["LANE_ROW", "Layout", "add_launches", "gather", "plan_layout"]
 LANE_ROW = 256
 #: Steps of 32 items whose loads a warp of the segments kernel issues together.
 SEGMENT_STEPS = 8
+#: Rows of 2, 4, .. 32 items (a divisor of 32) run the segments kernel's aligned form: each
+#: row within one step's lanes, log2(length) shuffles an item, no carry
+#: (``CUFOLD_ALIGNED_SEGMENTS=0``: the general form).
+ALIGNED_SEGMENTS = os.environ.get("CUFOLD_ALIGNED_SEGMENTS", "1") != "0"
 #: Rows a lane of the lanes kernel works on at once (their loads in flight together;
 #: each costs ~9 registers: 4 rows take 60, 8 take 95).
 ROWS_PER_LANE = 4
-#: Loads a thread of the columns kernel issues before combining them.
-COLUMN_UNROLL = 8
+#: Loads a thread of the columns kernel issues before combining them (``CUFOLD_COLUMN_UNROLL``).
+COLUMN_UNROLL = int(os.environ.get("CUFOLD_COLUMN_UNROLL", "8"))
 #: The columns kernel splits a column into chunks of at least this many items.
 COLUMN_MIN_CHUNK = 16
 #: Columns a tile of the column-tiles kernel covers, at most: a warp of the block's 8
@@ -366,7 +370,7 @@ def lanes_kernel(op, in_vt, acc_vt, out_vt, kind, group, per_lane, split, transf
 # --- segments: rows back to back, a warp over whole rows ----------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None):
+def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None, aligned=0):
     """Kernel ``(xs, outs, rows, length, rows_per_warp, init)`` over 1-D views of
     ``rows`` rows of ``length`` items back to back: each warp takes
     ``rows_per_warp`` whole rows at a time and walks them 32 items a step
@@ -375,7 +379,11 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None):
     position in its row (no flags: lane ``l`` adds lane ``l - d`` where its
     position is ``>= d``), and the carry of the step before where a row started
     before it. The position moves by ``32 % length`` a step: no division.
-    ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into the loads."""
+    ``transform``: None or an ops.Transform of ``in_vt``'s items, fused into the loads.
+    ``aligned``: 0, or ``length`` where it divides 32 (rows of 2, 4, .. 32 items): every
+    row then lies within a step's lanes ``pos = lane % length``, so the scan takes
+    ``log2(length)`` shuffles and no carry (``(2^20, 16)`` along its rows: 4 shuffles an
+    item instead of 6)."""
     from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
@@ -387,6 +395,7 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None):
     get, put = acc_vt.load, acc_vt.store
     local = _local(acc_vt, per_lane)
     group = 32 * per_lane
+    aligned_steps = max(0, aligned.bit_length() - 1)
 
     def scan_segments(xs, outs, rows, length, rows_per_warp, init):
         lane = cuda.laneid
@@ -415,6 +424,24 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None):
                     for k in range(per_lane):
                         put(vals, k, to_acc(load_in(mine, min(np.uint32(32 * k), last))))
                 mine_out = view_out(outs, at + lane)
+                if aligned:
+                    for k in range(per_lane):
+                        v = get(vals, k)
+                        if exclusive and first_pos == 0:
+                            v = combine(init, v)
+                        for step in range(aligned_steps):
+                            d = 1 << step
+                            other = shfl_up(FULL_MASK, v, d)
+                            if first_pos >= d:
+                                v = combine(other, v)
+                        if exclusive:
+                            v = shfl_up(FULL_MASK, v, 1)
+                            if first_pos == 0:
+                                v = init
+                        if at + 32 * k + lane < end:
+                            store_out(mine_out, 32 * k, to_out(v))
+                    at += 32 * per_lane
+                    continue
                 for k in range(per_lane):
                     v = get(vals, k)
                     if exclusive and pos == 0:
@@ -1013,9 +1040,10 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         rows_per_warp = max(1, 32 * per_lane // lay.L)
         nt = _threads()
         grid = _grid(b, -(-rows // rows_per_warp) * 32, nt, 8)
-        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform),
-                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane) + tf, grid, nt,
-                 (xs, outs, rows, lay.L, rows_per_warp, init))
+        aligned = lay.L if ALIGNED_SEGMENTS and 1 < lay.L <= 32 and 32 % lay.L == 0 else 0
+        b.launch(segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform, aligned),
+                 ("scan_segments", op, in_vt, acc_vt, out_vt, kind, per_lane) + tf + ((aligned,) if aligned else ()),
+                 grid, nt, (xs, outs, rows, lay.L, rows_per_warp, init))
         return
     if lay.kind == "lanes":
         group = 1 << max(0, math.ceil(math.log2(max(1, min(lay.L, 32)))))
