@@ -6,6 +6,7 @@ GPU in seconds: cufold's GPU time next to torch moving the same bytes in the sam
     PYTHONPATH=src:tools python tools/scan_probe.py 1048576x16,1 16x1048576,0
     CUFOLD_ALIGNED_SEGMENTS=0 PYTHONPATH=src:tools python tools/scan_probe.py 1048576x16,1
     ncu --profile-from-start off ... python tools/scan_probe.py --once     # clone, then cumsum, a case each
+    PYTHONPATH=src:tools python tools/scan_probe.py --dtype float64 16x1048576,1
 
 The knobs of :mod:`cufold.device.scan_axis` (``CUFOLD_*``) are read at import: one setting a
 process. Each case's result is checked against torch.cumsum once before it is timed.
@@ -30,14 +31,15 @@ def parse(case):
 
 def main(argv):
     once = "--once" in argv
-    chosen = [a for a in argv if not a.startswith("--")] or list(CASES)
+    dtype = getattr(torch, argv[argv.index("--dtype") + 1]) if "--dtype" in argv else torch.float32
+    chosen = [a for a in argv if not a.startswith("--") and not hasattr(torch, a)] or list(CASES)
     g = torch.Generator(device="cuda").manual_seed(0)
-    print("case            plan                           cufold us   clone us   %%clone  (%s)"
-          % torch.cuda.get_device_name())
+    print("case            plan                           cufold us   clone us   %%clone  (%s, %s)"
+          % (torch.cuda.get_device_name(), str(dtype).replace("torch.", "")))
     runs = []
     for case in chosen:
         shape, axis = parse(case)
-        xs = [torch.randint(-8, 8, shape, device="cuda", generator=g).float() for _ in range(ROTATE)]
+        xs = [torch.randint(-8, 8, shape, device="cuda", generator=g).to(dtype) for _ in range(ROTATE)]
         got = cufold.cumsum(xs[0], axis=axis)
         want = torch.cumsum(xs[0], dim=axis)
         assert torch.equal(torch.as_tensor(got, device="cuda"), want), case

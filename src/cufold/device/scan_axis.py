@@ -118,6 +118,9 @@ SEGMENT_STEPS = 8
 #: row within one step's lanes, log2(length) shuffles an item, no carry
 #: (``CUFOLD_ALIGNED_SEGMENTS=0``: the general form).
 ALIGNED_SEGMENTS = os.environ.get("CUFOLD_ALIGNED_SEGMENTS", "1") != "0"
+#: Rows of several tiles scan in tiles of half the threads, twice the items a thread
+#: (:func:`row_tile`; ``CUFOLD_LONG_ROW_TILE=0``: the scan's own tile).
+LONG_ROW_TILE = not config.ENABLE_CUDASIM and os.environ.get("CUFOLD_LONG_ROW_TILE", "1") != "0"
 #: Rows a lane of the lanes kernel works on at once (their loads in flight together;
 #: each costs ~9 registers: 4 rows take 60, 8 take 95).
 ROWS_PER_LANE = 4
@@ -533,12 +536,18 @@ def tiles_kernel(spec, spelling="slice"):
 
 def row_tile(in_vt, acc_vt, length):
     """The tile of the tiles kernel for rows of ``length``: :func:`.scan.tile_for`'s,
-    with fewer threads where a row is shorter than a tile (down to a warp)."""
+    with fewer threads where a row is shorter than a tile (down to a warp), and for rows
+    of several tiles (a look-back down each) half its threads with twice the items each
+    (``LONG_ROW_TILE``): the same tile in blocks of 4 warps, so that a block's look-back
+    (one warp) idles 3 warps, not 7, and twice the blocks fit an SM (H200, float32
+    (16, 2^20) along its rows: 256x16 43.7 us, 128x32 41.4; the flat 1-D scan 45.0 / 44.9)."""
     from . import scan as S
     tile = S.tile_for(in_vt, acc_vt, length)
     nt = tile.nt
     while nt > 32 and (nt // 2) * tile.vt >= length:
         nt //= 2
+    if LONG_ROW_TILE and nt == tile.nt > 64 and length > nt * tile.vt and not os.environ.get("CUFOLD_TILE"):
+        return Tile(nt // 2, tile.vt * 2)
     return Tile(nt, tile.vt)
 
 
