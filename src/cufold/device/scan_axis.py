@@ -30,7 +30,9 @@ segments     ``L <= LANE_ROW`` (256), the rows back to   ``segments``: the rows 
                                                          scan whose heads come from each
                                                          item's position in its row (kept
                                                          by additions, no division), and a
-                                                         carry from step to step
+                                                         carry from step to step (rows of
+                                                         2..32 items dividing 32: within a
+                                                         step, log2(L) shuffles, no carry)
 lanes        ``L <= LANE_ROW``, the scanned axis has     ``lanes``: a group of G = 1..32
              the smaller stride, rows not in one run     lanes per row (G the power of two
              (strided or permuted batches)               >= L, up to a warp: several short
@@ -41,8 +43,10 @@ lanes        ``L <= LANE_ROW``, the scanned axis has     ``lanes``: a group of G
 tiles        the scanned axis has the smaller stride,    ``tiles``: the single-pass tile
              ``L > LANE_ROW``                            scan of :mod:`.scan` on every row:
                                                          a tile (up to 256 threads x VT
-                                                         items) per block, one block a row
-                                                         up to one tile, longer rows a batch
+                                                         items; 128 x 2VT for rows of
+                                                         several tiles) per block, one
+                                                         block a row up to one tile,
+                                                         longer rows a batch
                                                          of decoupled look-backs (each row
                                                          its own range of tile states; the
                                                          ticket order is row-major)
