@@ -402,7 +402,8 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None, a
     get, put = acc_vt.load, acc_vt.store
     local = _local(acc_vt, per_lane)
     group = 32 * per_lane
-    aligned_steps = max(0, aligned.bit_length() - 1)
+    # aligned: logical warps of ``aligned`` lanes, one row each (log2(aligned) shuffles)
+    scan_rows = warp.inclusive_scan(op, acc_vt, width=aligned or 32)    # (not aligned: not called)
 
     def scan_segments(xs, outs, rows, length, rows_per_warp, init):
         lane = cuda.laneid
@@ -431,48 +432,34 @@ def segments_kernel(op, in_vt, acc_vt, out_vt, kind, per_lane, transform=None, a
                     for k in range(per_lane):
                         put(vals, k, to_acc(load_in(mine, min(np.uint32(32 * k), last))))
                 mine_out = view_out(outs, at + lane)
-                if aligned:
-                    for k in range(per_lane):
-                        v = get(vals, k)
-                        if exclusive and first_pos == 0:
-                            v = combine(init, v)
-                        for step in range(aligned_steps):
-                            d = 1 << step
-                            other = shfl_up(FULL_MASK, v, d)
-                            if first_pos >= d:
-                                v = combine(other, v)
-                        if exclusive:
-                            v = shfl_up(FULL_MASK, v, 1)
-                            if first_pos == 0:
-                                v = init
-                        if at + 32 * k + lane < end:
-                            store_out(mine_out, 32 * k, to_out(v))
-                    at += 32 * per_lane
-                    continue
                 for k in range(per_lane):
                     v = get(vals, k)
                     if exclusive and pos == 0:
                         v = combine(init, v)
-                    for step in range(5):
-                        d = 1 << step
-                        other = shfl_up(FULL_MASK, v, d)
-                        if lane >= d and pos >= d:
-                            v = combine(other, v)
-                    if pos > lane:                        # the row started before this step
-                        v = combine(carry, v)
+                    if aligned:                           # a row within the step: no carry
+                        v = scan_rows(v)
+                    else:
+                        for step in range(5):
+                            d = 1 << step
+                            other = shfl_up(FULL_MASK, v, d)
+                            if lane >= d and pos >= d:
+                                v = combine(other, v)
+                        if pos > lane:                    # the row started before this step
+                            v = combine(carry, v)
                     result = v
                     if exclusive:
                         result = shfl_up(FULL_MASK, v, 1)
                         if pos == 0:
                             result = init
-                        elif lane == 0:
+                        elif lane == 0 and not aligned:   # (aligned: lane 0 is a row's first)
                             result = carry
                     if at + 32 * k + lane < end:
                         store_out(mine_out, 32 * k, to_out(result))
-                    carry = shfl_idx(FULL_MASK, v, 31)
-                    pos += advance
-                    if pos >= length:
-                        pos -= length
+                    if not aligned:                       # (aligned: the position stays)
+                        carry = shfl_idx(FULL_MASK, v, 31)
+                        pos += advance
+                        if pos >= length:
+                            pos -= length
                 at += 32 * per_lane
             w += warps
 
