@@ -439,12 +439,33 @@ def test_columns_with_a_tiles_spine(rng, monkeypatch):
 
 # --- the column tiles: a look-back down each strip of columns ----------------------------------------
 
+@pytest.fixture(params=[32, 0], ids=["narrow", "column-tiles"])
+def few_columns(request, monkeypatch):
+    """Columns layouts of at most 32 columns through the narrow columns (forced for every
+    width and every value size) or, with them off, the column tiles; ``ran``: the kernels
+    that ran."""
+    ran = []
+    monkeypatch.setattr(scan_axis, "NARROW_COLUMNS", request.param)
+    monkeypatch.setattr(scan_axis, "NARROW_BYTES", 64)
+    scan._programs_of_scans.clear()          # plans are cached per call signature
+    request.addfinalizer(scan._programs_of_scans.clear)
+    for name in ("narrow_columns_kernel", "column_tiles_kernel"):
+        kernel = getattr(scan_axis, name)
+        monkeypatch.setattr(scan_axis, name, lambda *a, _k=kernel, _n=name: ran.append(_n) or _k(*a))
+    return request.param, ran
+
+
+def _ran_few_columns(few_columns):
+    narrow, ran = few_columns
+    assert ran and set(ran) == {"narrow_columns_kernel" if narrow else "column_tiles_kernel"}
+
+
 @pytest.mark.parametrize("shape,reverse", [((300, 3), False), ((61, 20), True), ((40, 16), False)])
-def test_column_tiles_against_loop(rng, shape, reverse):
-    """Few long columns: the single-pass column tiles (many tiles down each strip;
-    C not a power of two; several strips), a non-commutative operator without an
-    identity, exclusive from init; and the same through ``reduce_then_scan``'s
-    3-launch form. (Tiles are 8 columns wide at most.)"""
+def test_column_tiles_against_loop(rng, few_columns, shape, reverse):
+    """Few long columns: the single-pass narrow columns and column tiles (many tiles down
+    each column; C not a power of two; several strips), a non-commutative operator
+    without an identity, exclusive from init; and the same through ``reduce_then_scan``'s
+    3-launch form. (Column tiles are 8 columns wide at most.)"""
     a = rng.choice(np.array([-1, 1], np.int64), shape)
     b = rng.integers(-3, 4, shape).astype(np.int64)
     d = to_device((a, b))
@@ -459,6 +480,126 @@ def test_column_tiles_against_loop(rng, shape, reverse):
     want = affine_loop(a, b, 0, reverse, init=(1, 2))
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+    _ran_few_columns(few_columns)
+
+
+@pytest.mark.parametrize("few_columns", [32], indirect=True, ids=["narrow"])
+@pytest.mark.parametrize("cols", [2, 3, 5, 8, 12, 16, 17, 31, 32])
+def test_narrow_columns_widths(rng, few_columns, cols):
+    """Every row width the narrow columns take (a row across the power of two >= C lanes:
+    32 // width rows a warp step), columns many tiles long with a partial last tile, into
+    a poisoned ``out``: int32 summed as int64 (pair states), forwards and in reverse; float64
+    (wide states) exclusive from init; float32 maxima with a transform."""
+    rows = 37 * 32 // scan_axis.narrow_width(cols) + 5
+    x = rng.integers(-9, 9, (rows, cols)).astype(np.int32)
+    for reverse in (False, True):
+        out = to_device(np.full(x.shape, -77, np.int64))
+        cufold.cumsum(to_device(x), axis=0, reverse=reverse, out=out)
+        np.testing.assert_array_equal(to_host(out), flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+    f = x.astype(np.float64) / 4
+    got = to_host(cufold.exclusive_scan(to_device(f), axis=0, init=0.5))
+    np.testing.assert_array_equal(got, 0.5 + np.cumsum(f, axis=0) - f)
+    m = rng.standard_normal(x.shape).astype(np.float32)
+    got = to_host(cufold.inclusive_scan(to_device(m), cufold.maximum, axis=0, transform=lambda v: -v))
+    np.testing.assert_array_equal(got, np.maximum.accumulate(-m, axis=0))
+    _ran_few_columns(few_columns)
+
+
+@pytest.mark.parametrize("few_columns", [32], indirect=True, ids=["narrow"])
+def test_narrow_columns_views_and_groups(rng, few_columns):
+    """Columns that are not back to back (a strided view), several row groups (a 3-D input:
+    tiles of every group by ticket), and columns of a transposed view."""
+    base = rng.integers(-9, 9, 9000).astype(np.int32)
+    dev, host = strided_view(base, 3, (260, 6), (30, 2))
+    np.testing.assert_array_equal(to_host(cufold.cumsum(dev, axis=0)), np.cumsum(host, axis=0, dtype=np.int64))
+    x = rng.integers(-9, 9, (3, 150, 7)).astype(np.int32)
+    for reverse in (False, True):
+        got = to_host(cufold.exclusive_scan(to_device(x), axis=1, init=4, reverse=reverse))
+        want = flipped(lambda v, ax: 4 + np.cumsum(v, axis=ax) - v, x, 1, reverse)
+        np.testing.assert_array_equal(got, want)
+    t = rng.integers(-9, 9, (5, 300)).astype(np.int32)
+    got = to_host(cufold.cumsum(to_device(t).T, axis=0))
+    np.testing.assert_array_equal(got, np.cumsum(t.T, axis=0, dtype=np.int64))
+    _ran_few_columns(few_columns)
+
+
+def _forced_look_back(rng, kind, rows, chains, cols, stops, launch):
+    """The last tile (70) of ``chains`` look-back chains (column ``x``'s states together at
+    ``x*71 + tile``, wide layout) over ``cols`` columns of affine maps (int64 pairs): every
+    tile above has published its column totals only (the simulator runs blocks in order, so
+    an end-to-end test finds a prefix at once) except ``stops[x]``, which published column
+    ``x``'s inclusive prefix; what lies before it (garbage here) must never be read.
+    ``launch(xs, outs, tiles, counter, flags, aggs, pres, init)`` runs the one block, which
+    draws the last ticket; its rows ``rows`` a tile are checked against a loop, and so are
+    the prefixes it publishes and that no other tile's rows are written."""
+    from cufold.device import scan as S
+    tiles, epoch, init = 71, 5, (1, 2)
+    length = tiles * rows
+    ga = rng.choice(np.array([-1, 1], np.int64), (1, length, cols))
+    gb = rng.integers(-3, 4, (1, length, cols)).astype(np.int64)
+    flags = np.full(chains * tiles, epoch << 2 | S.AGGREGATE, np.uint32)
+    aggs = tuple(np.full(tiles * chains, 1234567, np.int64) for _ in range(2))
+    pres = tuple(np.full(tiles * chains, 99, np.int64) for _ in range(2))
+    want_before = []
+    for x in range(chains):
+        stop = stops[x]
+        flags[x * tiles + stop] = epoch << 2 | S.PREFIX
+        flags[x * tiles + tiles - 1] = (epoch - 1) << 2 | S.PREFIX     # an older epoch's flag reads as EMPTY
+        acc = (int(rng.choice([-1, 1])), int(rng.integers(-9, 9)))
+        pres[0][x * tiles + stop], pres[1][x * tiles + stop] = acc
+        for j in range(stop + 1, tiles - 1):
+            v = (int(rng.choice([-1, 1])), int(rng.integers(-3, 4)))
+            aggs[0][x * tiles + j], aggs[1][x * tiles + j] = v
+            acc = _affine(acc, v)
+        want_before.append(acc)
+    counter = np.array([epoch << 32 | (tiles - 1)], np.uint64)   # this block draws the last ticket
+    poison = -777777
+    outs = tuple(cuda.to_device(np.full((1, length, cols), poison, np.int64)) for _ in range(2))
+    d_flags = cuda.to_device(flags)
+    d_aggs, d_pres = tuple(map(cuda.to_device, aggs)), tuple(map(cuda.to_device, pres))
+    launch((cuda.to_device(ga), cuda.to_device(gb)), outs, tiles, cuda.to_device(counter),
+           (d_flags, d_flags.view(np.float32)), d_aggs, d_pres, init)
+    got = tuple(o.copy_to_host() for o in outs)
+    h_pres = tuple(p.copy_to_host() for p in d_pres)
+    h_flags = d_flags.copy_to_host()
+    last = slice((tiles - 1) * rows, length)
+    for x in range(cols):
+        acc = _affine(init, want_before[x]) if kind == "exclusive" else want_before[x]
+        want = []
+        for i in range(last.start, length):
+            item = (int(ga[0, i, x]), int(gb[0, i, x]))
+            if kind == "exclusive":
+                want.append(acc)
+                acc = _affine(acc, item)
+            else:
+                acc = _affine(acc, item)
+                want.append(acc)
+        np.testing.assert_array_equal(got[0][0, last, x], [w[0] for w in want])
+        np.testing.assert_array_equal(got[1][0, last, x], [w[1] for w in want])
+        total = want_before[x]
+        for i in range(last.start, length):
+            total = _affine(total, (int(ga[0, i, x]), int(gb[0, i, x])))
+        assert (h_pres[0][x * tiles + tiles - 1], h_pres[1][x * tiles + tiles - 1]) == total  # inclusive published
+        assert h_flags[x * tiles + tiles - 1] == epoch << 2 | S.PREFIX
+    assert (got[0][0, :last.start] == poison).all()                # no other tile's rows written
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("cols,kind", [(3, "inclusive"), (3, "exclusive"), (12, "inclusive"), (32, "exclusive")])
+def test_narrow_columns_look_back_windows(rng, cols, kind):
+    """The narrow columns' last tile looks back for all its columns at once, each column
+    over its own window of ``32 // width`` tiles a round, each column's prefix at another
+    tile (0, 9, 40 or 69: some columns stop in the first round, others go on)
+    (:func:`_forced_look_back`)."""
+    from cufold.device import scan as S
+    from cufold.values import ValueType
+    vt = ValueType.of((np.int64, np.int64))
+    assert S.state_layout("packed", vt, vt) == "wide"
+    width, warps, steps, _ = scan_axis.narrow_tiles(scan_axis.Layout("columns", 1, 10**6, cols, None, None), vt, vt)
+    fn = cuda.jit(scan_axis.narrow_columns_kernel(AFFINE, vt, vt, vt, kind, width, warps, steps, "wide", "volatile"))
+    _forced_look_back(rng, kind, warps * steps * (32 // width), cols, cols, [(69, 0, 40, 9)[x % 4] for x in range(cols)],
+                      lambda xs, outs, tiles, counter, flags, aggs, pres, init: fn[1, 32 * warps](
+                          xs, outs, tiles, counter, flags, aggs, pres, init, kind == "exclusive"))
 
 
 @pytest.fixture(params=scan_axis.STRIP_WIDTHS)
@@ -521,79 +662,64 @@ def test_column_strips_views_and_tuples(rng, strips_everywhere):
     assert len(strips_everywhere) >= 3
 
 
-def test_column_tiles_three_strips(rng):
+def test_column_tiles_three_strips(rng, few_columns):
     """Three strips of columns (the last with 3 of its 8 columns), int32 summed as int64."""
     x = rng.integers(-9, 9, (35, 19)).astype(np.int32)
     for reverse in (False, True):
         got = to_host(cufold.cumsum(to_device(x), axis=0, reverse=reverse))
         np.testing.assert_array_equal(got, flipped(np_cumsum, x, 0, reverse).astype(np.int64))
+    _ran_few_columns(few_columns)
+
+
+def test_narrow_columns_by_default(rng):
+    """The planner's default: up to NARROW_COLUMNS columns take the narrow columns where
+    they pay (:func:`scan_axis.narrow_pays`: accumulators of up to 8 bytes, whatever their
+    look-back states: packed, pair or wide); more columns, or tuples of more than 8 bytes,
+    the column tiles (where the strips would not fill the GPU)."""
+    ran = []
+    kernels = {n: getattr(scan_axis, n) for n in ("narrow_columns_kernel", "column_tiles_kernel")}
+    scan._programs_of_scans.clear()
+    cols = scan_axis.NARROW_COLUMNS
+    cases = [(np.float32, np.float32, cols, "narrow_columns_kernel"),
+             (np.int32, np.int32, cols, "narrow_columns_kernel"),
+             (np.float32, np.float32, cols + 1, "column_tiles_kernel"),
+             (np.float64, np.float64, cols, "narrow_columns_kernel"),
+             (np.int32, np.int64, cols, "narrow_columns_kernel")]
+    try:
+        for n, k in kernels.items():
+            setattr(scan_axis, n, lambda *a, _k=k, _n=n: ran.append(_n) or _k(*a))
+        for in_dtype, out_dtype, c, _ in cases:
+            x = rng.integers(-9, 9, (60, c)).astype(in_dtype)
+            got = to_host(cufold.exclusive_scan(to_device(x), axis=0, init=3, dtype=out_dtype))
+            assert got.dtype == out_dtype
+            np.testing.assert_array_equal(got, 3 + np.cumsum(x, axis=0, dtype=out_dtype) - x)
+        a = rng.choice(np.array([-1, 1], np.int64), (60, cols))
+        b = rng.integers(-3, 4, (60, cols)).astype(np.int64)
+        got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=0))
+        want = affine_loop(a, b, 0, False)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    finally:
+        for n, k in kernels.items():
+            setattr(scan_axis, n, k)
+        scan._programs_of_scans.clear()
+    assert ran == [kernel for *_, kernel in cases] + ["column_tiles_kernel"]
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")
 @pytest.mark.parametrize("stop,kind", [(0, "inclusive"), (10, "exclusive"), (40, "inclusive"), (69, "inclusive")])
 def test_column_tiles_look_back_windows(rng, stop, kind):
-    """The last tile (70) of a strip of 3 columns looks back over tiles 69..0, 32 at
-    a time, a column at a time (each column's states together: ``x*71 + tile``).
-    Every tile above has published its column totals only (the simulator runs
-    blocks in order, so an end-to-end test finds a prefix at once) except
-    ``stop``, which published its columns' inclusive prefixes: each column's carry is
-    that prefix and the totals after it, in order; what lies before ``stop``
-    (garbage here) is never read."""
+    """The column tiles' last tile of a strip of 3 columns looks back over tiles 69..0, 32
+    at a time, a column at a time, every column's prefix at ``stop`` (:func:`_forced_look_back`)."""
     from cufold.device import scan as S
     from cufold.values import ValueType
     vt = ValueType.of((np.int64, np.int64))
-    tiles, epoch, init = 71, 5, (1, 2)
-    tc, ty, per = scan_axis._column_tiles(scan_axis.Layout("columns", 1, 10**6, 3, None, None), vt, vt)[:3]
-    rows = ty * per
-    length = tiles * rows
-    ga = rng.choice(np.array([-1, 1], np.int64), (1, length, 3))
-    gb = rng.integers(-3, 4, (1, length, 3)).astype(np.int64)
     assert S.state_layout("packed", vt, vt) == "wide"
-    flags = np.full(tc * tiles, epoch << 2 | S.AGGREGATE, np.uint32)
-    aggs = tuple(np.full(tiles * tc, 1234567, np.int64) for _ in range(2))
-    pres = tuple(np.full(tiles * tc, 99, np.int64) for _ in range(2))
-    want_before = []
-    for x in range(tc):
-        flags[x * tiles + stop] = epoch << 2 | S.PREFIX
-        flags[x * tiles + tiles - 1] = (epoch - 1) << 2 | S.PREFIX     # an older epoch's flag reads as EMPTY
-        acc = (int(rng.choice([-1, 1])), int(rng.integers(-9, 9)))
-        pres[0][x * tiles + stop], pres[1][x * tiles + stop] = acc
-        for j in range(stop + 1, tiles - 1):
-            v = (int(rng.choice([-1, 1])), int(rng.integers(-3, 4)))
-            aggs[0][x * tiles + j], aggs[1][x * tiles + j] = v
-            acc = _affine(acc, v)
-        want_before.append(acc)
-    counter = np.array([epoch << 32 | (tiles - 1)], np.uint64)   # this block draws the last ticket
-    poison = -777777
-    outs = tuple(cuda.to_device(np.full((1, length, 3), poison, np.int64)) for _ in range(2))
-    d_flags = cuda.to_device(flags)
-    d_aggs, d_pres = tuple(map(cuda.to_device, aggs)), tuple(map(cuda.to_device, pres))
-    fn = scan_axis.column_tiles_kernel(AFFINE, vt, vt, vt, kind, tc, ty, per, "wide", "volatile")
-    cuda.jit(fn)[1, tc * ty]((cuda.to_device(ga), cuda.to_device(gb)), outs, tiles, 1, 1, tiles,
-                             cuda.to_device(counter), (d_flags, d_flags.view(np.float32)), d_aggs, d_pres, init,
-                             kind == "exclusive")
-    got = tuple(o.copy_to_host() for o in outs)
-    last = slice((tiles - 1) * rows, length)
-    for x in range(3):
-        acc = _affine(init, want_before[x]) if kind == "exclusive" else want_before[x]
-        want = []
-        for i in range(last.start, length):
-            item = (int(ga[0, i, x]), int(gb[0, i, x]))
-            if kind == "exclusive":
-                want.append(acc)
-                acc = _affine(acc, item)
-            else:
-                acc = _affine(acc, item)
-                want.append(acc)
-        np.testing.assert_array_equal(got[0][0, last, x], [w[0] for w in want])
-        np.testing.assert_array_equal(got[1][0, last, x], [w[1] for w in want])
-        total = want_before[x]
-        for i in range(last.start, length):
-            total = _affine(total, (int(ga[0, i, x]), int(gb[0, i, x])))
-        h_pres = tuple(p.copy_to_host() for p in d_pres)
-        assert (h_pres[0][x * tiles + tiles - 1], h_pres[1][x * tiles + tiles - 1]) == total  # inclusive published
-        assert d_flags.copy_to_host()[x * tiles + tiles - 1] == epoch << 2 | S.PREFIX
-    assert (got[0][0, :last.start] == poison).all()                # no other tile's rows written
+    tc, ty, per = scan_axis._column_tiles(scan_axis.Layout("columns", 1, 10**6, 3, None, None), vt, vt)[:3]
+    fn = cuda.jit(scan_axis.column_tiles_kernel(AFFINE, vt, vt, vt, kind, tc, ty, per, "wide", "volatile"))
+    _forced_look_back(rng, kind, ty * per, tc, 3, [stop] * tc,
+                      lambda xs, outs, tiles, counter, flags, aggs, pres, init: fn[1, tc * ty](
+                          xs, outs, tiles, 1, 1, tiles, counter, flags, aggs, pres, init, kind == "exclusive"))
 
 
 # --- the pair tile states (8-byte accumulators, pairs of 4-byte fields) ------------------------
@@ -676,6 +802,13 @@ def test_gpu_long_rows_and_columns(rng):
     s = np.ascontiguousarray(s[:, :4097])                                       # a last strip of one column
     got = to_host(cufold.exclusive_scan(to_device(s), init=3, axis=0))
     np.testing.assert_array_equal(got, 3 + np.cumsum(s, axis=0, dtype=np.int32) - s)
+    for cols in (2, 3, 4):                           # narrow columns: each window, GPU tiles
+        g = rng.integers(-100, 100, (300_001, cols)).astype(np.int32)
+        got = to_host(cufold.exclusive_scan(to_device(g), init=5, axis=0, dtype=np.int64))
+        np.testing.assert_array_equal(got, 5 + np.cumsum(g, axis=0) - g)
+        gd = g.astype(np.float64)
+        got = to_host(cufold.cumsum(to_device(gd), axis=0, reverse=True))
+        np.testing.assert_array_equal(got, flipped(lambda v, ax: np.cumsum(v, axis=ax), gd, 0, True))
     f = rng.integers(-2, 3, (1 << 20, 16)).astype(np.float32)                   # the bench's shapes, exact
     for axis in (0, 1):
         np.testing.assert_array_equal(to_host(cufold.cumsum(to_device(f), axis=axis)), np.cumsum(f, axis=axis))

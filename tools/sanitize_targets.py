@@ -122,10 +122,21 @@ for shape, axis in [((3000, 16), 1), ((300, 1000), 1), ((4, 20000), 1), ((20000,
           cufold.cumsum(cuda.to_device(h), axis=axis, reverse=True).copy_to_host(),
           np.flip(np.cumsum(np.flip(h, axis), axis=axis), axis))
 check("cumsum int32 -> int64", cufold.cumsum(d, dtype=np.int64).copy_to_host(), np.cumsum(x, dtype=np.int64))
-# axis 0 of few columns: the column tiles' look-back (exclusive from init), and reduce_then_scan's 3 launches
+# axis 0 of few columns: the column tiles' look-back (exclusive from init), and reduce_then_scan's 3 launches;
+# the narrow columns' (3 columns: one look-back for all; float32: a packed word a tile, float64: wide states)
 h = rng.integers(-9, 9, (50000, 5)).astype(np.int32)
 check("exclusive_scan (50000, 5) axis=0 init=3 (column tiles)",
       cufold.exclusive_scan(cuda.to_device(h), init=3, axis=0).copy_to_host(), 3 + np.cumsum(h, axis=0) - h)
+h3 = np.ascontiguousarray(h[:, :3])
+check("exclusive_scan (50000, 3) axis=0 init=3 (narrow columns)",
+      cufold.exclusive_scan(cuda.to_device(h3), init=3, axis=0).copy_to_host(), 3 + np.cumsum(h3, axis=0) - h3)
+f3 = h3.astype(np.float32)
+check("cumsum (50000, 3) float32 axis=0 reverse (narrow columns)",
+      cufold.cumsum(cuda.to_device(f3), axis=0, reverse=True).copy_to_host(),
+      np.flip(np.cumsum(np.flip(f3, 0), axis=0), 0))
+d3 = h3.astype(np.float64) / 4
+check("exclusive_scan (50000, 3) float64 axis=0 init=0.5 (narrow columns, wide states)",
+      cufold.exclusive_scan(cuda.to_device(d3), init=0.5, axis=0).copy_to_host(), 0.5 + np.cumsum(d3, axis=0) - d3)
 check("cumsum (50000, 5) axis=0 reduce_then_scan",
       cufold.cumsum(cuda.to_device(h), axis=0, algorithm="reduce_then_scan").copy_to_host(), np.cumsum(h, axis=0))
 # axis 0 of many columns: the column strips (a block down each strip of 32, its carry in the block)

@@ -7,7 +7,11 @@ GPU in seconds: cufold's GPU time next to torch moving the same bytes in the sam
     CUFOLD_ALIGNED_SEGMENTS=0 PYTHONPATH=src:tools python tools/scan_probe.py 1048576x16,1
     ncu --profile-from-start off ... python tools/scan_probe.py --once     # clone, then cumsum, a case each
     PYTHONPATH=src:tools python tools/scan_probe.py --dtype float64 16x1048576,1
+    PYTHONPATH=src:tools python tools/scan_probe.py --dtype int32 --out-dtype int32 4194304x4,0
+    PYTHONPATH=src:tools python tools/scan_probe.py affine:4096x2048,1    # h = a*h + b along axis 1
 
+``affine:`` cases time ``bench scan-axes``' batched affine recurrence (``h`` only, float32) next
+to ``a + b`` (the same bytes, in the "clone" column) and the Triton kernel (the last column).
 The knobs of :mod:`cufold.device.scan_axis` (``CUFOLD_*``) are read at import: one setting a
 process. Each case's result is checked against torch.cumsum once before it is timed.
 """
@@ -29,38 +33,81 @@ def parse(case):
     return tuple(int(d) for d in dims.split("x")), int(axis or 0)
 
 
+def _affine(p, q):
+    return (p[0] * q[0], p[1] * q[0] + q[1])
+
+
+AFFINE = cufold.Op(_affine, name="affine")
+
+
+def _cumsum_case(shape, axis, dtype, out_dtype, g):
+    """``(inputs, cufold call, copy call, peer)`` of a cumsum case, checked against torch."""
+    xs = [torch.randint(-8, 8, shape, device="cuda", generator=g).to(dtype) for _ in range(ROTATE)]
+    ours = (lambda x: cufold.cumsum(x, axis=axis)) if out_dtype is None else \
+        (lambda x: cufold.cumsum(x, axis=axis, dtype=str(out_dtype).replace("torch.", "")))
+    want = torch.cumsum(xs[0], dim=axis) if out_dtype is None else torch.cumsum(xs[0], dim=axis, dtype=out_dtype)
+    assert torch.equal(torch.as_tensor(ours(xs[0]), device="cuda"), want), (shape, axis)
+    return xs, ours, lambda x: x.clone(), None
+
+
+def _affine_case(shape, axis, g):
+    """The same for the affine recurrence (``h`` only), checked against a float64 loop."""
+    xs = [(torch.rand(shape, device="cuda", generator=g) * 0.5 + 0.5,
+           torch.rand(shape, device="cuda", generator=g) * 2 - 1) for _ in range(ROTATE)]
+    ours = lambda p: cufold.inclusive_scan(p, AFFINE, axis=axis, out=(None, torch.empty_like(p[1])))[1]
+    a, b = (v.double().movedim(axis, 0) for v in xs[0])
+    h, want = torch.zeros_like(b[0]), torch.empty_like(b)
+    for i in range(a.shape[0]):
+        h = a[i] * h + b[i]
+        want[i] = h
+    assert torch.allclose(ours(xs[0]).double(), want.movedim(0, axis), atol=1e-4), (shape, axis)
+    peer = None
+    if axis in (1, -1) and len(shape) == 2:
+        try:
+            from cufold.bench._triton_affine import affine_rows
+            peer = affine_rows
+        except Exception:                       # noqa: BLE001 (no Triton: no peer)
+            pass
+    return xs, ours, lambda p: p[0] + p[1], peer
+
+
 def main(argv):
     once = "--once" in argv
     dtype = getattr(torch, argv[argv.index("--dtype") + 1]) if "--dtype" in argv else torch.float32
+    out_dtype = getattr(torch, argv[argv.index("--out-dtype") + 1]) if "--out-dtype" in argv else None
     chosen = [a for a in argv if not a.startswith("--") and not hasattr(torch, a)] or list(CASES)
     g = torch.Generator(device="cuda").manual_seed(0)
-    print("case            plan                           cufold us   clone us   %%clone  (%s, %s)"
-          % (torch.cuda.get_device_name(), str(dtype).replace("torch.", "")))
+    print("case            plan                           cufold us   clone us   %%clone    peer us  (%s, %s%s)"
+          % (torch.cuda.get_device_name(), str(dtype).replace("torch.", ""),
+             "" if out_dtype is None else " -> " + str(out_dtype).replace("torch.", "")))
     runs = []
     for case in chosen:
-        shape, axis = parse(case)
-        xs = [torch.randint(-8, 8, shape, device="cuda", generator=g).to(dtype) for _ in range(ROTATE)]
-        got = cufold.cumsum(xs[0], axis=axis)
-        want = torch.cumsum(xs[0], dim=axis)
-        assert torch.equal(torch.as_tensor(got, device="cuda"), want), case
-        xs[0].clone()
-        lay = scan_axis.plan_layout(shape, xs[0].stride(), xs[0].stride(), axis, False) if len(shape) > 1 else None
-        runs.append((case, axis, xs, "flat" if lay is None else "%s A%d L%d C%d" % (lay.kind, lay.A, lay.L, lay.C)))
+        affine = case.startswith("affine:")
+        shape, axis = parse(case.partition(":")[2] if affine else case)
+        xs, ours, copy, peer = _affine_case(shape, axis, g) if affine else _cumsum_case(shape, axis, dtype,
+                                                                                       out_dtype, g)
+        copy(xs[0])
+        first = xs[0][0] if affine else xs[0]
+        lay = scan_axis.plan_layout(shape, first.stride(), first.stride(), axis, False) if len(shape) > 1 else None
+        runs.append((case, xs, ours, copy, peer,
+                     "flat" if lay is None else "%s A%d L%d C%d" % (lay.kind, lay.A, lay.L, lay.C)))
     torch.cuda.synchronize()
     if once:
         torch.cuda.cudart().cudaProfilerStart()
-        for case, axis, xs, _ in runs:
-            xs[1].clone()                              # the marker: the copy of the same bytes
-            cufold.cumsum(xs[1], axis=axis)
+        for case, xs, ours, copy, _, _ in runs:
+            copy(xs[1])                                # the marker: the copy of the same bytes
+            ours(xs[1])
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
-        for case, _, _, plan in runs:
+        for case, *_, plan in runs:
             print("%-15s %s" % (case, plan))
         return 0
-    for case, axis, xs, plan in runs:
-        ours = rotating_us(lambda x: cufold.cumsum(x, axis=axis), xs)
-        copy = rotating_us(lambda x: x.clone(), xs)
-        print("%-15s %-30s %10.1f %10.1f %7.0f%%" % (case, plan, ours, copy, 100 * copy / ours), flush=True)
+    for case, xs, ours, copy, peer, plan in runs:
+        t_ours = rotating_us(ours, xs)
+        t_copy = rotating_us(copy, xs)
+        t_peer = "%10.1f" % rotating_us(peer, xs) if peer is not None else ""
+        print("%-15s %-30s %10.1f %10.1f %7.0f%% %s" % (case, plan, t_ours, t_copy, 100 * t_copy / t_ours, t_peer),
+              flush=True)
     return 0
 
 

@@ -271,7 +271,10 @@ def all_reduce(op, dtype, width=WARP_SIZE):
 
 
 @functools.lru_cache(maxsize=None, typed=True)
-def _inclusive(op, vt, width):
+def _inclusive(op, vt, width, stride=1):
+    """The shfl_up Kogge-Stone scan of a logical warp of ``width`` lanes (``logical``:
+    the lane's place in it). ``stride`` > 1: the logical lanes are ``stride`` physical
+    lanes apart (``stride`` interleaved scans in one warp, as the rows of a few columns)."""
     combine = op.combine(vt)
     shfl_up = vt.shuffle("up")
 
@@ -279,7 +282,7 @@ def _inclusive(op, vt, width):
     def scan_up(value, logical, mask):
         offset = 1
         while offset < width:
-            other = shfl_up(mask, value, offset)
+            other = shfl_up(mask, value, offset * stride)
             if logical >= offset:
                 value = combine(other, value)
             offset *= 2

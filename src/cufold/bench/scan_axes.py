@@ -96,7 +96,7 @@ def _plan_text(shape, axis):
         kind = lay.kind
         if kind == "columns":               # which columns kernel (it depends on the GPU's SMs)
             try:
-                route = SA._columns_route(types.SimpleNamespace(device_id=0), lay, None)
+                route = SA._columns_route(types.SimpleNamespace(device_id=0), lay, None, True)  # float32
                 kind = {"one": "columns", "tiles": "col-tiles"}.get(route, route)
             except Exception:               # noqa: BLE001 (no GPU: --dry-run)
                 pass

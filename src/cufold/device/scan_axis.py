@@ -145,6 +145,15 @@ STRIP_FILL = 0.9
 #: ptxas sm_90, float32: 32 -> 62 registers, 48 -> 64, 64 -> 64 and 16 bytes of spills).
 STRIP_BYTES = int(os.environ.get("CUFOLD_COLUMN_STRIP_BYTES", "32"))
 COLUMN_STRIPS = os.environ.get("CUFOLD_COLUMN_STRIPS", "1") != "0"
+#: Columns layouts of at most this many columns that the strips do not fill take the narrow
+#: columns (:func:`narrow_columns_kernel`) instead of the column tiles (``CUFOLD_NARROW_COLUMNS``;
+#: 0: never). Session 33, H200, float32: (2^22, 4) 56.3 us against the tiles' 81.4; (2^21, 8)
+#: 64.8 against 55.3; (2^20, 16) 230 against 55. Session 34 (4 x 32 tiles): (2^22, 4) 50.2,
+#: (5592405, 3) 55.9 against 117, (2^23, 2) 47.8 against 156.
+NARROW_COLUMNS = int(os.environ.get("CUFOLD_NARROW_COLUMNS", "4"))
+#: ... and only where their accumulators are of NARROW_BYTES or fewer (``CUFOLD_NARROW_BYTES``):
+#: see :func:`narrow_pays`.
+NARROW_BYTES = int(os.environ.get("CUFOLD_NARROW_BYTES", "8"))
 FULL_MASK = 0xFFFFFFFF
 
 #: The 3-D form of a scan: ``A`` rows of ``C`` columns of ``L`` items each;
@@ -611,8 +620,8 @@ ColumnRows = collections.namedtuple("ColumnRows", "column load fold store")
 
 
 @functools.lru_cache(maxsize=None)
-def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None):
-    """Device functions over a thread's ``per`` consecutive rows of one column of 3-D
+def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None, step=1):
+    """Device functions over a thread's ``per`` rows ``step`` apart (1: consecutive) of one column of 3-D
     ``(A, L, C)`` arrays (a thread's loads: one address and a stride, not one address an
     item), the items held at ``items[k * stride + at]`` (registers: ``at`` 0, ``stride`` 1;
     a block's shared tile: the thread's index and the block's threads):
@@ -641,13 +650,13 @@ def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None):
         if whole:
             mine_in = view_in(column, np.uint64(row0))
             for k in range(per):
-                put(items, k * stride + at, to_acc(load_in(mine_in, np.uint32(k))))
+                put(items, k * stride + at, to_acc(load_in(mine_in, np.uint32(k * step))))
         else:
             start = min(row0, length - 1)
             last = np.uint32(length - 1 - start)
             mine_in = view_in(column, np.uint64(start))
             for k in range(per):
-                put(items, k * stride + at, to_acc(load_in(mine_in, min(np.uint32(k), last))))
+                put(items, k * stride + at, to_acc(load_in(mine_in, min(np.uint32(k * step), last))))
 
     @cuda.jit(device=True)
     def fold(items, at, stride, mine):
@@ -893,6 +902,213 @@ def _strip_width(b, lay):
     return 0
 
 
+# --- narrow columns: a few columns across a warp's lanes, one look-back for all of them --------
+
+def narrow_tile(in_vt, acc_vt):
+    """``(warps, steps)`` of :func:`narrow_columns_kernel`: warps a block, and steps of
+    ``32 // width`` rows a lane holds: 4 x 32 for accumulators of up to 8 bytes, else 64
+    bytes of accumulators a lane (``CUFOLD_NARROW_TILE=WxS`` overrides). Four warps, not
+    eight, idle fewer while warp 0 looks back (H200, (2^22, 4) along axis 0, us: float32
+    8 x 16 56.5, 4 x 32 49.8, 8 x 32 49.9; float64 8 x 8 195, 8 x 16 129, 4 x 32 121,
+    8 x 32 111 (4 x 32 kept: the one the GPU tests ran); int32 -> int64 8 x 16 123,
+    4 x 32 81.6). The simulator takes 2 x 2, so that small test inputs span many tiles."""
+    forced = os.environ.get("CUFOLD_NARROW_TILE")
+    if forced:
+        warps, steps = (int(v) for v in forced.lower().split("x"))
+        return warps, steps
+    if config.ENABLE_CUDASIM:
+        return 2, 2
+    if acc_vt.itemsize <= 8:
+        return 4, 32
+    return 8, max(2, 64 // acc_vt.itemsize)
+
+
+def narrow_width(cols):
+    """Lanes a row takes in :func:`narrow_columns_kernel`: the power of two >= ``cols``."""
+    return 1 << max(0, (cols - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=None)
+def _columns_look_back(op, acc_vt, width, states, poll):
+    """Device function ``(aggregate, chain, chunk, lb, tag, valid) -> exclusive``: the
+    decoupled look-back of up to ``width`` columns at once, on every lane of one warp.
+
+    Lane ``(d, c)`` (``lane = d * width + c``) carries column ``c``: ``aggregate`` is the
+    tile's fold of it, ``chain`` the index of the column's first tile state (tile ``t`` at
+    ``chain + t``), ``valid`` whether column ``c`` exists. Lanes ``d = 0`` publish the
+    tile's state (tile 0: its prefix), then each column's ``32 // width`` lanes look at
+    that many tiles above at a time, ``d`` in tile order: a window of each column, all
+    columns in one wait. A column stops at its window's last inclusive prefix; the others
+    go on up. Returns the column's fold of the tiles above (tile 0: ``aggregate``, not to
+    be used), after publishing ``exclusive op aggregate`` as the tile's prefix."""
+    from . import scan as S
+    combine = op.combine(acc_vt)
+    publish, wait = S._tile_states(acc_vt, states, poll)
+    shfl_idx = acc_vt.shuffle("idx")
+    window = 32 // width
+    shift = width.bit_length() - 1
+    suffix = warp._reduce_down(op, acc_vt, window, width)    # lanes d.. of each column, in order
+    column_lanes = np.uint32(sum(1 << (width * k) for k in range(window)))   # column 0's ballot bits
+    prefix_status, aggregate_status = np.int32(S.PREFIX), np.int32(S.AGGREGATE)
+
+    @cuda.jit(device=True)
+    def look_back(aggregate, chain, chunk, lb, tag, valid):
+        lane = cuda.laneid
+        c = lane & (width - 1)
+        d = lane >> shift
+        if d == 0 and valid:
+            publish(lb, chain + chunk, tag, prefix_status if chunk == 0 else aggregate_status, aggregate)
+        exclusive = aggregate
+        if chunk == 0:
+            return exclusive
+        done = not valid
+        first = True
+        top = chunk - 1                          # the tile lanes d = window - 1 look at
+        while True:
+            t = top - (window - 1) + d
+            j = chain + t
+            if t < 0 or done:
+                j = -1                           # OUTSIDE: never counted
+            s, value = wait(lb, j, tag, aggregate)
+            prefixes = (cuda.ballot_sync(FULL_MASK, s == prefix_status) >> np.uint32(c)) & column_lanes
+            start = np.int32((31 - cuda.clz(prefixes)) >> shift) if prefixes != 0 else np.int32(0)
+            part = shfl_idx(FULL_MASK, suffix(value, d, FULL_MASK, window), (start << shift) + c)
+            if not done:
+                exclusive = part if first else combine(part, exclusive)
+                done = prefixes != 0
+            first = False
+            if cuda.all_sync(FULL_MASK, done):
+                break
+            top -= window
+        if d == 0 and valid:
+            publish(lb, chain + chunk, tag, prefix_status, combine(exclusive, aggregate))
+        return exclusive
+
+    return look_back
+
+
+@functools.lru_cache(maxsize=None)
+def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, poll,
+                          transform=None):
+    """Kernel ``(xs, outs, tiles, counter, words, aggs, pres, init, has_init)`` over 3-D
+    ``(A, L, C)`` views of at most 32 columns (``C``, the smaller stride), scanned down
+    ``L`` in one pass: a row across ``width`` lanes (the power of two >= C), a warp step
+    ``32 // width`` rows (a warp's load: whole rows, whole sectors where the rows lie back
+    to back), one look-back for all the tile's columns.
+
+    A tile is ``warps`` warps of ``steps`` steps; warp ``w`` takes the tile's ``w``-th run of
+    ``steps * 32 // width`` rows. Lane ``(h, c)`` holds column ``c`` of row ``h`` of each
+    step, in registers. Each step is scanned down its rows (shuffles ``width`` lanes apart:
+    ``log2(32 // width)``), after the warp's carry from the steps before; each warp's
+    column totals go to shared memory, the first warp folds them into the tile's and looks
+    back for every column at once (:func:`_columns_look_back`), and every item is stored
+    after its carry (the tiles above, then the warps before). Tiles go to blocks by ticket,
+    chunk-major (ticket ``t``: chunk ``t // A`` of row group ``t % A``); column ``c`` of
+    group ``a`` keeps its tile states together from ``(a*C + c) * chunks``.
+    Where it pays: few columns (``(2^20, 16)`` along axis 0), where the column tiles take
+    half a row a block and a look-back a column."""
+    from . import scan as S
+    exclusive = kind == "exclusive"
+    combine = op.combine(acc_vt)
+    get, put = acc_vt.load, acc_vt.store
+    per_step = 32 // width                        # rows a step
+    rows = _column_rows(op, in_vt, acc_vt, out_vt, kind, steps, transform, per_step)   # a lane's loads
+    row_out = _row_view(out_vt, "slice")
+    view_out, _, store_out = S._lane_io(out_vt, "stream")
+    to_out = out_vt.cast
+    shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
+    shift = width.bit_length() - 1
+    scan_step = warp._inclusive(op, acc_vt, per_step, width)
+    look_back = _columns_look_back(op, acc_vt, width, states, poll)
+    local = _local(acc_vt, steps)
+    totals_storage = block.temp_storage(acc_vt, warps * width)    # each warp's column totals
+    carry_storage = block.temp_storage(acc_vt, width)             # the tile's carry of each column
+    dims = _dims(in_vt)
+    drawn_ticket = S.drawn_ticket
+    rows_per_warp = per_step * steps
+    rows_per_tile = warps * rows_per_warp
+    last_row = (per_step - 1) * width                             # lane of a step's last row, column 0
+    packed = states in ("packed", "pair")                         # state words (no value arrays)
+
+    def scan_narrow_columns(xs, outs, tiles, counter, words, aggs, pres, init, has_init):
+        totals = totals_storage()
+        carries = carry_storage()
+        drawn = drawn_ticket(counter, tiles)
+        shape = dims(xs)
+        groups, length, cols = shape[0], shape[1], shape[2]
+        t = drawn[0]
+        chunk = t // groups
+        a = t - chunk * groups
+        chunks = tiles // groups
+        tid = cuda.threadIdx.x
+        w = tid >> 5
+        lane = cuda.laneid
+        c = lane & (width - 1)
+        h = lane >> shift
+        cc = min(c, cols - 1)                     # columns past the last: loaded, never stored
+        row0 = chunk * rows_per_tile + w * rows_per_warp + h
+        vals = local()                            # (rows past the end repeat the last)
+        rows.load(vals, 0, 1, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length,
+                  chunk * rows_per_tile + rows_per_tile <= length)
+        # Each step down its rows, after the warp's steps before (an exclusive scan keeps the
+        # items before each: lane (0, c) of step 0 has none, and its slot is not read).
+        carry = get(vals, 0)
+        for k in range(steps):
+            inc = scan_step(get(vals, k), h, FULL_MASK)
+            total = shfl_idx(FULL_MASK, inc, last_row + c) if per_step > 1 else inc
+            if exclusive:
+                before = shfl_up(FULL_MASK, inc, width)
+                if k > 0:
+                    before = carry if h == 0 else combine(carry, before)
+                put(vals, k, before)
+            else:
+                put(vals, k, inc if k == 0 else combine(carry, inc))
+            carry = total if k == 0 else combine(carry, total)
+        if h == 0:
+            put(totals, w * width + c, carry)
+        cuda.syncthreads()
+        if w == 0:                                # the tile's columns: fold, look back
+            aggregate = get(totals, c)
+            for v in range(1, warps):
+                aggregate = combine(aggregate, get(totals, v * width + c))
+            chain = (np.int64(a) * cols + cc) * chunks
+            lb = words if packed else (words[0], words[1], aggs, pres)
+            above = look_back(aggregate, chain, np.int64(chunk), lb, np.uint32(drawn[1]), c < cols)
+            if h == 0:
+                if chunk == 0:
+                    put(carries, c, init)         # (inclusive: not read)
+                else:
+                    put(carries, c, combine(init, above) if has_init else above)
+        cuda.syncthreads()
+        have = exclusive or chunk > 0
+        run = get(carries, c)
+        for v in range(warps):
+            if v < w:
+                inside = get(totals, v * width + c)
+                run = combine(run, inside) if have else inside
+                have = True
+        if c < cols:
+            mine_out = view_out(row_out(outs, np.uint64(a), np.uint64(c)), np.uint64(row0))
+            for k in range(steps):
+                if row0 + k * per_step < length:
+                    v = get(vals, k)
+                    if exclusive and k == 0 and h == 0:
+                        v = run
+                    elif have:
+                        v = combine(run, v)
+                    store_out(mine_out, np.uint32(k * per_step), to_out(v))
+
+    return scan_narrow_columns
+
+
+def narrow_tiles(lay, in_vt, acc_vt):
+    """``(width, warps, steps, tiles)`` of :func:`narrow_columns_kernel` for ``lay``."""
+    width = narrow_width(lay.C)
+    warps, steps = narrow_tile(in_vt, acc_vt)
+    rows_per_tile = warps * steps * (32 // width)
+    return width, warps, steps, lay.A * -(-lay.L // rows_per_tile)
+
+
 # --- gather (views that are not three merged groups) -----------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -960,10 +1176,22 @@ def _column_chunks(b, lay):
     return chunk, -(-lay.L // chunk)
 
 
-def _columns_route(b, lay, algorithm):
+def narrow_pays(acc_vt):
+    """Whether the narrow columns beat the column tiles for accumulators of ``acc_vt``,
+    whatever their look-back states (:func:`.scan.state_layout`). Measured in
+    session 34 (H200, (2^22, 4) along axis 0, us, narrow in 4 x 32 tiles against the column
+    tiles): float32 (packed states) 50.2 / 81.4, and (2^23, 2) 47.8 / 156; int32 (packed)
+    61.5 / 96.7 (8 x 16 tiles); float64 (wide) 121 / 166; int32 summed as int64 (pair)
+    81.7 / 107. Tuples above 8 bytes are unmeasured: the tiles."""
+    return acc_vt.itemsize <= NARROW_BYTES
+
+
+def _columns_route(b, lay, algorithm, narrow_ok):
     """How a columns layout runs: 'one' (a thread per column walks all of it:
     columns enough to fill the GPU), 'strips' (:func:`column_strips_kernel`: strips
-    enough to fill it, 4096+ columns of 4-byte items), else 'tiles'
+    enough to fill it, 4096+ columns of 4-byte items), 'narrow'
+    (:func:`narrow_columns_kernel`: NARROW_COLUMNS columns or fewer, where ``narrow_ok``,
+    :func:`narrow_pays`), else 'tiles'
     (:func:`column_tiles_kernel`, one pass), or 'spine' for ``algorithm="reduce_then_scan"`` (upsweep, a scan of
     the chunk folds, downsweep: 3 launches, the input read twice, but a fixed
     order of operations, so floating-point results are the same bits every run)."""
@@ -971,7 +1199,9 @@ def _columns_route(b, lay, algorithm):
         return "one"
     if algorithm == "reduce_then_scan":
         return "spine"
-    return "strips" if _strip_width(b, lay) else "tiles"
+    if _strip_width(b, lay):
+        return "strips"
+    return "narrow" if lay.C <= NARROW_COLUMNS and narrow_ok else "tiles"
 
 
 def _column_tiles(lay, in_vt, acc_vt):
@@ -993,20 +1223,47 @@ def column_tile_grid(lay, tc, ty, per):
     return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
 
 
+def _column_state_bytes(var, acc_vt, in_vt, states):
+    """Workspace bytes of ``states`` column tile states (:func:`_column_states`): none where
+    they are state words (they live in the look-back state), else two value arrays."""
+    from . import scan as S
+    if S.state_layout(var.states, acc_vt, in_vt) in ("packed", "pair"):
+        return 0
+    return 2 * S._bytes(S._storage_vt(acc_vt), states)
+
+
+def _column_states(b, var, acc_vt, in_vt, states, ws, offset):
+    """``(layout, st, words, aggs, pres, offset)``: ``states`` tile states of a look-back a
+    column (the column tiles, the narrow columns): the stream's look-back state ``st`` (its
+    counter draws the tiles) guarded for this Program, its state words (packed, pair) or its
+    flags and two value arrays carved from ``ws`` at ``offset`` (wide)."""
+    from . import scan as S
+    layout = S.state_layout(var.states, acc_vt, in_vt)
+    slots = states * S.state_words(layout)
+    st = S.look_back_state(b.device_id, b.stream, slots)
+    b.guard(lambda: st.fits(slots))
+    if layout in ("packed", "pair"):
+        return layout, st, st.words, st.counter, st.counter, offset
+    sv = S._storage_vt(acc_vt)
+    aggs, offset = S._carve(ws, offset, sv, states)
+    pres, offset = S._carve(ws, offset, sv, states)
+    return layout, st, st.flags, aggs, pres, offset
+
+
 def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var, algorithm=None):
     """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
     from . import scan as S
     if lay.kind == "columns":
-        route = _columns_route(b, lay, algorithm)
+        route = _columns_route(b, lay, algorithm, narrow_pays(acc_vt))
         if route == "one":
             return S._bytes(acc_vt, 1)
         if route == "strips":
             return 0
+        if route == "narrow":
+            return _column_state_bytes(var, acc_vt, in_vt, narrow_tiles(lay, in_vt, acc_vt)[3] * lay.C)
         if route == "tiles":
-            if S.state_layout(var.states, acc_vt, in_vt) in ("packed", "pair"):
-                return 0                          # the states live in the look-back state
             tc, tiles = _column_tiles(lay, in_vt, acc_vt)[0::5]
-            return 2 * S._bytes(S._storage_vt(acc_vt), tiles * tc)
+            return _column_state_bytes(var, acc_vt, in_vt, tiles * tc)
         chunks = _column_chunks(b, lay)[1]
         spine = Layout("segments" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
         return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
@@ -1078,7 +1335,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
                  (xs, outs, per_row, tiles, lay.C, st.counter, states, aggs, pres, init, has_init, totals))
         return
     # columns
-    route = _columns_route(b, lay, algorithm)
+    route = _columns_route(b, lay, algorithm, narrow_pays(acc_vt))
     if route == "strips":
         tc = _strip_width(b, lay)
         per = strip_items(acc_vt)
@@ -1087,19 +1344,17 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
                  ("scan_column_strips", op, in_vt, acc_vt, out_vt, kind, tc, per) + tf,
                  lay.A * col_strips, 32 * tc, (xs, outs, col_strips, init))
         return
+    if route == "narrow":
+        width, warps, steps, tiles = narrow_tiles(lay, in_vt, acc_vt)
+        states, st, words, aggs, pres, offset = _column_states(b, var, acc_vt, in_vt, tiles * lay.C, ws, offset)
+        b.launch(narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
+                                       transform),
+                 ("scan_narrow_columns", op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll) + tf,
+                 tiles, 32 * warps, (xs, outs, tiles, st.counter, words, aggs, pres, init, has_init))
+        return
     if route == "tiles":
         tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
-        states = S.state_layout(var.states, acc_vt, in_vt)
-        slots = tiles * tc * S.state_words(states)
-        st = S.look_back_state(b.device_id, b.stream, slots)
-        b.guard(lambda: st.fits(slots))
-        if states in ("packed", "pair"):
-            words, aggs, pres = st.words, st.counter, st.counter
-        else:
-            sv = S._storage_vt(acc_vt)
-            words = st.flags
-            aggs, offset = S._carve(ws, offset, sv, tiles * tc)
-            pres, offset = S._carve(ws, offset, sv, tiles * tc)
+        states, st, words, aggs, pres, offset = _column_states(b, var, acc_vt, in_vt, tiles * tc, ws, offset)
         b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, transform),
                  ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll) + tf,
                  tiles, tc * ty, (xs, outs, tiles, strips, col_strips, tiles // strips, st.counter, words, aggs,
