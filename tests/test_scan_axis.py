@@ -439,20 +439,27 @@ def test_columns_with_a_tiles_spine(rng, monkeypatch):
 
 # --- the column tiles: a look-back down each strip of columns ----------------------------------------
 
-@pytest.fixture(params=[32, 0], ids=["narrow", "column-tiles"])
-def few_columns(request, monkeypatch):
-    """Columns layouts of at most 32 columns through the narrow columns (forced for every
-    width and every value size) or, with them off, the column tiles; ``ran``: the kernels
-    that ran."""
+@pytest.fixture
+def column_kernels_ran(request, monkeypatch):
+    """The names of the narrow columns' and column tiles' kernels that plans take, in
+    order (from a fresh plan cache: plans are cached per call signature)."""
     ran = []
-    monkeypatch.setattr(scan_axis, "NARROW_COLUMNS", request.param)
-    monkeypatch.setattr(scan_axis, "NARROW_BYTES", 64)
-    scan._programs_of_scans.clear()          # plans are cached per call signature
+    scan._programs_of_scans.clear()
     request.addfinalizer(scan._programs_of_scans.clear)
     for name in ("narrow_columns_kernel", "column_tiles_kernel"):
         kernel = getattr(scan_axis, name)
         monkeypatch.setattr(scan_axis, name, lambda *a, _k=kernel, _n=name: ran.append(_n) or _k(*a))
-    return request.param, ran
+    return ran
+
+
+@pytest.fixture(params=[32, 0], ids=["narrow", "column-tiles"])
+def few_columns(request, monkeypatch, column_kernels_ran):
+    """Columns layouts of at most 32 columns through the narrow columns (forced for every
+    width and every value size) or, with them off, the column tiles; ``ran``: the kernels
+    that ran."""
+    monkeypatch.setattr(scan_axis, "NARROW_COLUMNS", request.param)
+    monkeypatch.setattr(scan_axis, "NARROW_BYTES", 64)
+    return request.param, column_kernels_ran
 
 
 def _ran_few_columns(few_columns):
@@ -671,39 +678,29 @@ def test_column_tiles_three_strips(rng, few_columns):
     _ran_few_columns(few_columns)
 
 
-def test_narrow_columns_by_default(rng):
+def test_narrow_columns_by_default(rng, column_kernels_ran):
     """The planner's default: up to NARROW_COLUMNS columns take the narrow columns where
     they pay (:func:`scan_axis.narrow_pays`: accumulators of up to 8 bytes, whatever their
     look-back states: packed, pair or wide); more columns, or tuples of more than 8 bytes,
     the column tiles (where the strips would not fill the GPU)."""
-    ran = []
-    kernels = {n: getattr(scan_axis, n) for n in ("narrow_columns_kernel", "column_tiles_kernel")}
-    scan._programs_of_scans.clear()
     cols = scan_axis.NARROW_COLUMNS
     cases = [(np.float32, np.float32, cols, "narrow_columns_kernel"),
              (np.int32, np.int32, cols, "narrow_columns_kernel"),
              (np.float32, np.float32, cols + 1, "column_tiles_kernel"),
              (np.float64, np.float64, cols, "narrow_columns_kernel"),
              (np.int32, np.int64, cols, "narrow_columns_kernel")]
-    try:
-        for n, k in kernels.items():
-            setattr(scan_axis, n, lambda *a, _k=k, _n=n: ran.append(_n) or _k(*a))
-        for in_dtype, out_dtype, c, _ in cases:
-            x = rng.integers(-9, 9, (60, c)).astype(in_dtype)
-            got = to_host(cufold.exclusive_scan(to_device(x), axis=0, init=3, dtype=out_dtype))
-            assert got.dtype == out_dtype
-            np.testing.assert_array_equal(got, 3 + np.cumsum(x, axis=0, dtype=out_dtype) - x)
-        a = rng.choice(np.array([-1, 1], np.int64), (60, cols))
-        b = rng.integers(-3, 4, (60, cols)).astype(np.int64)
-        got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=0))
-        want = affine_loop(a, b, 0, False)
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
-    finally:
-        for n, k in kernels.items():
-            setattr(scan_axis, n, k)
-        scan._programs_of_scans.clear()
-    assert ran == [kernel for *_, kernel in cases] + ["column_tiles_kernel"]
+    for in_dtype, out_dtype, c, _ in cases:
+        x = rng.integers(-9, 9, (60, c)).astype(in_dtype)
+        got = to_host(cufold.exclusive_scan(to_device(x), axis=0, init=3, dtype=out_dtype))
+        assert got.dtype == out_dtype
+        np.testing.assert_array_equal(got, 3 + np.cumsum(x, axis=0, dtype=out_dtype) - x)
+    a = rng.choice(np.array([-1, 1], np.int64), (60, cols))
+    b = rng.integers(-3, 4, (60, cols)).astype(np.int64)
+    got = to_host(cufold.inclusive_scan(to_device((a, b)), AFFINE, axis=0))
+    want = affine_loop(a, b, 0, False)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert column_kernels_ran == [kernel for *_, kernel in cases] + ["column_tiles_kernel"]
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")

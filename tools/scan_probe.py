@@ -17,9 +17,11 @@ process. Each case's result is checked against torch.cumsum once before it is ti
 """
 import sys
 
+import numpy as np
 import torch
 
 import cufold
+from cufold.bench.scan_axes import _affine, _affine_reference
 from cufold.device import scan_axis
 from gpu_timing import rotating_us
 
@@ -31,10 +33,6 @@ ROTATE = 3                      # 3 inputs of 64 MiB: more than an H100's or H20
 def parse(case):
     dims, _, axis = case.partition(",")
     return tuple(int(d) for d in dims.split("x")), int(axis or 0)
-
-
-def _affine(p, q):
-    return (p[0] * q[0], p[1] * q[0] + q[1])
 
 
 AFFINE = cufold.Op(_affine, name="affine")
@@ -51,18 +49,17 @@ def _cumsum_case(shape, axis, dtype, out_dtype, g):
 
 
 def _affine_case(shape, axis, g):
-    """The same for the affine recurrence (``h`` only), checked against a float64 loop."""
+    """The same for the affine recurrence (``h`` only) of a 2-D shape, checked against
+    ``bench scan-axes``' float64 loop."""
+    assert len(shape) == 2, "affine: cases are 2-D"
     xs = [(torch.rand(shape, device="cuda", generator=g) * 0.5 + 0.5,
            torch.rand(shape, device="cuda", generator=g) * 2 - 1) for _ in range(ROTATE)]
     ours = lambda p: cufold.inclusive_scan(p, AFFINE, axis=axis, out=(None, torch.empty_like(p[1])))[1]
-    a, b = (v.double().movedim(axis, 0) for v in xs[0])
-    h, want = torch.zeros_like(b[0]), torch.empty_like(b)
-    for i in range(a.shape[0]):
-        h = a[i] * h + b[i]
-        want[i] = h
-    assert torch.allclose(ours(xs[0]).double(), want.movedim(0, axis), atol=1e-4), (shape, axis)
+    a, b = (np.moveaxis(v.double().cpu().numpy(), axis, 1) for v in xs[0])     # the loop runs along axis 1
+    want = np.moveaxis(_affine_reference(a, b), 1, axis)
+    assert np.allclose(ours(xs[0]).double().cpu().numpy(), want, atol=1e-4), (shape, axis)
     peer = None
-    if axis in (1, -1) and len(shape) == 2:
+    if axis in (1, -1):
         try:
             from cufold.bench._triton_affine import affine_rows
             peer = affine_rows

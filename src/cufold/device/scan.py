@@ -1136,9 +1136,7 @@ def _scratch_bytes(spec, tiles, algorithm, spine):
     """Bytes of per-stream workspace ``_run`` carves for a plan (mirrors it)."""
     dummy_total = _bytes(spec.out_vt, 1)
     if algorithm == "single_pass":
-        if spec.variant.states in ("packed", "pair"):    # the states live in the look-back state
-            return dummy_total
-        return 2 * _bytes(_storage_vt(spec.acc_vt), tiles) + dummy_total  # aggregates, prefixes
+        return tile_state_bytes(spec.variant.states, spec.acc_vt, tiles) + dummy_total
     if spine is None:                            # single block: placeholders only
         return 256 + _bytes(spec.acc_vt, 1) + dummy_total
     return 256 + _bytes(spec.acc_vt, tiles) + dummy_total + spine.scratch
@@ -1222,6 +1220,32 @@ def look_back_state(device_id, stream, tiles):
     return st
 
 
+def tile_state_bytes(layout, acc_vt, tiles):
+    """Workspace bytes that :func:`tile_states` carves for ``tiles`` tile states of
+    ``layout``: none for state words (packed, pair: they live in the look-back state),
+    else two value arrays (aggregates, inclusive prefixes)."""
+    if layout in ("packed", "pair"):
+        return 0
+    return 2 * _bytes(_storage_vt(acc_vt), tiles)
+
+
+def tile_states(b, layout, acc_vt, tiles, ws, offset):
+    """``(st, states, aggs, pres, offset)``: the tile states of a single-pass look-back
+    over ``tiles`` tiles of ``layout`` (:func:`state_layout`) for Program builder ``b``:
+    the stream's look-back state ``st`` (its counter draws the tiles), guarded for the
+    Program; ``states`` its state words (packed, pair; ``aggs``/``pres`` unused) or its
+    flags, with two value arrays carved from ``ws`` at ``offset`` (wide)."""
+    slots = tiles * state_words(layout)
+    st = look_back_state(b.device_id, b.stream, slots)
+    b.guard(lambda: st.fits(slots))
+    if layout in ("packed", "pair"):
+        return st, st.words, st.counter, st.counter, offset
+    sv = _storage_vt(acc_vt)
+    aggs, offset = _carve(ws, offset, sv, tiles)
+    pres, offset = _carve(ws, offset, sv, tiles)
+    return st, st.flags, aggs, pres, offset
+
+
 def add_launches(b, p, xs, outs, n, init, has_init, totals=None, scratch=None):
     """Add a plan's launches, in order, to Program builder ``b`` (``host.programs``).
     ``xs``/``outs``: the input and output Arr(s) (``outs`` may be ``xs``); ``init``:
@@ -1252,17 +1276,7 @@ def _add_launches(b, p, xs, outs, n, init, has_init, totals, ws, offset):
     else:
         offset += _bytes(out_vt, 1)
     if p.algorithm == "single_pass":
-        slots = p.tiles * state_words(spec.variant.states)
-        st = look_back_state(b.device_id, b.stream, slots)
-        b.guard(lambda: st.fits(slots))
-        if spec.variant.states in ("packed", "pair"):
-            states = st.words
-            aggs = pres = st.counter                     # unused
-        else:
-            states = st.flags
-            sv = _storage_vt(acc_vt)
-            aggs, offset = _carve(ws, offset, sv, p.tiles)
-            pres, offset = _carve(ws, offset, sv, p.tiles)
+        st, states, aggs, pres, offset = tile_states(b, spec.variant.states, acc_vt, p.tiles, ws, offset)
         b.launch(scan_kernel(spec), key, p.tiles, nt,
                  (xs, outs, n, p.tiles, st.counter, states, aggs, pres, init, has_init, totals, want_total))
         return

@@ -1224,33 +1224,6 @@ def column_tile_grid(lay, tc, ty, per):
     return tc, ty, per, col_strips, strips, strips * -(-lay.L // (ty * per))
 
 
-def _column_state_bytes(var, acc_vt, in_vt, states):
-    """Workspace bytes of ``states`` column tile states (:func:`_column_states`): none where
-    they are state words (they live in the look-back state), else two value arrays."""
-    from . import scan as S
-    if S.state_layout(var.states, acc_vt, in_vt) in ("packed", "pair"):
-        return 0
-    return 2 * S._bytes(S._storage_vt(acc_vt), states)
-
-
-def _column_states(b, var, acc_vt, in_vt, states, ws, offset):
-    """``(layout, st, words, aggs, pres, offset)``: ``states`` tile states of a look-back a
-    column (the column tiles, the narrow columns): the stream's look-back state ``st`` (its
-    counter draws the tiles) guarded for this Program, its state words (packed, pair) or its
-    flags and two value arrays carved from ``ws`` at ``offset`` (wide)."""
-    from . import scan as S
-    layout = S.state_layout(var.states, acc_vt, in_vt)
-    slots = states * S.state_words(layout)
-    st = S.look_back_state(b.device_id, b.stream, slots)
-    b.guard(lambda: st.fits(slots))
-    if layout in ("packed", "pair"):
-        return layout, st, st.words, st.counter, st.counter, offset
-    sv = S._storage_vt(acc_vt)
-    aggs, offset = S._carve(ws, offset, sv, states)
-    pres, offset = S._carve(ws, offset, sv, states)
-    return layout, st, st.flags, aggs, pres, offset
-
-
 def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var, algorithm=None):
     """Workspace bytes :func:`add_launches` carves for ``lay`` (mirrors it)."""
     from . import scan as S
@@ -1260,18 +1233,19 @@ def scratch_bytes(b, lay, op, in_vt, acc_vt, out_vt, var, algorithm=None):
             return S._bytes(acc_vt, 1)
         if route == "strips":
             return 0
+        layout = S.state_layout(var.states, acc_vt, in_vt)
         if route == "narrow":
-            return _column_state_bytes(var, acc_vt, in_vt, narrow_tiles(lay, in_vt, acc_vt)[3] * lay.C)
+            return S.tile_state_bytes(layout, acc_vt, narrow_tiles(lay, in_vt, acc_vt)[3] * lay.C)
         if route == "tiles":
             tc, tiles = _column_tiles(lay, in_vt, acc_vt)[0::5]
-            return _column_state_bytes(var, acc_vt, in_vt, tiles * tc)
+            return S.tile_state_bytes(layout, acc_vt, tiles * tc)
         chunks = _column_chunks(b, lay)[1]
         spine = Layout("segments" if chunks <= LANE_ROW else "tiles", lay.A * lay.C, chunks, 1, None, None)
         return S._bytes(acc_vt, lay.A * lay.C * chunks) + scratch_bytes(b, spine, op, acc_vt, acc_vt, acc_vt, var)
     if lay.kind == "tiles":
         tile = row_tile(in_vt, acc_vt, lay.L)
         tiles = lay.A * lay.C * -(-lay.L // (tile.nt * tile.vt))
-        return S._bytes(out_vt, 1) + 2 * S._bytes(S._storage_vt(acc_vt), tiles)     # (wide: its values)
+        return S._bytes(out_vt, 1) + S.tile_state_bytes(S.state_layout(var.states, acc_vt, in_vt), acc_vt, tiles)
     return 0
 
 
@@ -1322,21 +1296,13 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
             return
         var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
         spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var, transform)
-        slots = tiles * S.state_words(var.states)
-        st = S.look_back_state(b.device_id, b.stream, slots)
-        b.guard(lambda: st.fits(slots))
-        if var.states in ("packed", "pair"):
-            states, aggs, pres = st.words, st.counter, st.counter
-        else:
-            sv = S._storage_vt(acc_vt)
-            states = st.flags
-            aggs, offset = S._carve(ws, offset, sv, tiles)
-            pres, offset = S._carve(ws, offset, sv, tiles)
+        st, states, aggs, pres, offset = S.tile_states(b, var.states, acc_vt, tiles, ws, offset)
         b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
                  (xs, outs, per_row, tiles, lay.C, st.counter, states, aggs, pres, init, has_init, totals))
         return
     # columns
     route = _columns_route(b, lay, algorithm, narrow_pays(acc_vt))
+    states = S.state_layout(var.states, acc_vt, in_vt)          # (the column routes' look-backs)
     if route == "strips":
         tc = _strip_width(b, lay)
         per = strip_items(acc_vt)
@@ -1347,7 +1313,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         return
     if route == "narrow":
         width, warps, steps, tiles = narrow_tiles(lay, in_vt, acc_vt)
-        states, st, words, aggs, pres, offset = _column_states(b, var, acc_vt, in_vt, tiles * lay.C, ws, offset)
+        st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * lay.C, ws, offset)
         b.launch(narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
                                        transform),
                  ("scan_narrow_columns", op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll) + tf,
@@ -1355,7 +1321,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
         return
     if route == "tiles":
         tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
-        states, st, words, aggs, pres, offset = _column_states(b, var, acc_vt, in_vt, tiles * tc, ws, offset)
+        st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * tc, ws, offset)
         b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, transform),
                  ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll) + tf,
                  tiles, tc * ty, (xs, outs, tiles, strips, col_strips, tiles // strips, st.counter, words, aggs,
