@@ -550,6 +550,53 @@ def test_full_reduction_of_views_uses_every_block(rng, view, simulator_limits):
     np.testing.assert_allclose(host(cufold.mean(dv)), xv.mean(), rtol=1e-12)
 
 
+#: Run lengths for the device reduce over runs: whole tiles, and a partial last tile (the
+#: simulator's tiles are 128 items, the GPU's 4096 or 8192)
+RUN_WHOLE, RUN_PARTIAL = (384, 1000) if SIMULATOR else (8192, 29672)
+
+
+@pytest.mark.parametrize("view", ["row_strided", "odd_stride", "partial_tiles", "two_outer"])
+def test_full_reduction_of_runs_takes_the_device_reduce(rng, axis_keys, view):
+    """A full reduction of a view of long contiguous runs (``x[::2]``) is the device reduce
+    over the runs' tiles (``reduce.Spec.runs``): sums and maxima through 8-byte loads where
+    every run starts 8-byte aligned, argmin/argmax with NumPy's C-order index also where
+    indices do not rise with position (two_outer), a non-commutative operator in C order."""
+    w, p = RUN_WHOLE, RUN_PARTIAL
+    shape, strides = {"row_strided": ((6, w), (2 * w, 1)),
+                      "odd_stride": ((5, w), (w + 1, 1)),
+                      "partial_tiles": ((4, p), (p + 6, 1)),
+                      # (2, 3, w) turned to (3, 2, w): indices step 2w, then w, then 1
+                      "two_outer": ((3, 2, w), (w, 3 * w, 1))}[view]
+    n = max(sum((k - 1) * s for k, s in zip(shape, strides)) + 1, 6 * w)
+    base = rng.integers(0, 9, n).astype(np.float32)     # ties: the index rule matters
+    d, x = strided_view(base, 0, shape, strides)
+    x64 = x.astype(np.float64)
+
+    def ran():
+        return axis_keys("reduce")[-1][1]
+
+    np.testing.assert_allclose(host(cufold.sum(d)), x64.sum(), rtol=1e-6)
+    # (two_outer's memory is one run: its sums need no index, so they reduce it contiguously)
+    assert ran().runs == (0 if view == "two_outer" else len(shape) - 1)
+    assert ran().wide == (view in ("row_strided", "partial_tiles", "two_outer"))
+    np.testing.assert_array_equal(host(cufold.max(d)), x.max())
+    for _ in range(2):
+        np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax())
+        assert ran().runs == len(shape) - 1 and ran().rising == (view != "two_outer")
+    np.testing.assert_array_equal(host(cufold.argmin(d)), x.argmin())
+    np.testing.assert_allclose(host(cufold.mean(d)), x64.mean(), rtol=1e-6)
+    mean, var = cufold.mean_var(d)
+    np.testing.assert_allclose((host(mean), host(var)), (x64.mean(), x64.var()), rtol=1e-5)
+    assert ran().runs == (0 if view == "two_outer" else len(shape) - 1)
+    ia, a = strided_view(rng.choice([-1, 1], n).astype(np.int64), 0, shape, strides)
+    ib, b = strided_view(rng.integers(-3, 4, n).astype(np.int64), 0, shape, strides)
+    got = cufold.reduce((ia, ib), AFFINE, init=(1, 0))
+    ra, rb = _affine_fold(a, b, tuple(range(len(shape))))
+    np.testing.assert_array_equal(host(got[0]), ra)
+    np.testing.assert_array_equal(host(got[1]), rb)
+    assert ran().runs == len(shape) - 1 and ran().ordered
+
+
 def test_planner_layouts():
     plan = axis_mod.plan_layout
     # x.T reduced whole: one contiguous run (the device-wide reduce)

@@ -84,6 +84,16 @@ dbig = cuda.to_device(big)
 check("full sum of x.T", cufold.sum(dbig.T).copy_to_host(), big.sum())
 check("full sum of x[::2]", cufold.sum(dbig[::2]).copy_to_host(), big[::2].sum())
 check("full argmax of x[:, ::3]", cufold.argmax(dbig[:, ::3]).copy_to_host(), big[:, ::3].argmax())
+# the device reduce over runs (reduce.Spec.runs): whole tiles (8192) and partial last tiles (29672)
+for rows, length in ((40, 8192), (8, 29672)):
+    r = rng.integers(-9, 9, (rows, length)).astype(np.int32)
+    dr = cuda.to_device(r)
+    check("runs: full sum of %dx%d[::2]" % (rows, length), cufold.sum(dr[::2]).copy_to_host(), r[::2].sum())
+    check("runs: full argmax of %dx%d[::2]" % (rows, length), cufold.argmax(dr[::2]).copy_to_host(), r[::2].argmax())
+    rv = r[::2].astype(np.float64)
+    check("runs: mean_var of %dx%d[::2]" % (rows, length),
+          np.array([m.copy_to_host() for m in cufold.mean_var(cuda.to_device(r.astype(np.float32))[::2])]),
+          np.array([rv.mean(), rv.var()]), exact=False)
 tall = rng.integers(-9, 9, (200000, 4)).astype(np.int32)       # rows of 4: a line a thread
 check("full argmax of a tall x.T", cufold.argmax(cuda.to_device(tall).T).copy_to_host(), tall.T.argmax())
 # tuple values by key: every path

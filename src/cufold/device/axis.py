@@ -1163,6 +1163,11 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         return
     flat = tuple(_arrays.window(a, lowest, (extent,), (1,)) for a in arrs)
     xs = flat if is_tuple else flat[0]
+    if layout.kind == "rows" and not layout.keep and algorithm is None:
+        runs = _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, project, ddof)
+        if runs is not None:
+            _reduce_mod.run(b, runs[0], xs, runs[1], outs, init)
+            return
     sched = schedule(layout, limits(b.device_id), lift == "index")
     acc_vt = prep.acc_vt
     f32 = ValueType.of(np.float32)
@@ -1263,6 +1268,45 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
         sched = fitted
         kernel, key, args = launch_of(sched)
     b.launch(kernel, key, sched.grid, sched.nt, args)
+
+
+#: A full reduction of a view in contiguous runs (``x[::2]``; a transposed or permuted
+#: view's rows where its operator does not commute or indices do not chain) takes the
+#: device reduce over the runs' tiles where its tiles waste at most 1/RUNS_WASTE of the
+#: loads (a run's last tile may be partial): the contiguous reduce's loads and grid, where
+#: the rows kernel, split across blocks, walked the runs at 4 blocks of 256 an SM (0.79-0.84
+#: of the floor on x[::2], H200). ``CUFOLD_AXIS_RUNS=0``: the rows kernel (for measuring).
+RUNS = os.environ.get("CUFOLD_AXIS_RUNS", "1") != "0"
+RUNS_WASTE = 8
+
+
+def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, project, ddof):
+    """(the device reduce's plan, its geometry) of a full reduction of ``layout`` (kind
+    'rows', no kept dimension) as runs (:data:`RUNS`), or None where its runs do not pay.
+    ``flat``: the windows of memory the view covers, ``origin`` its first item there."""
+    length, stride, index_stride = layout.red[-1]
+    # (index strides are 0 unless indexed; a single run is here only for a flipped index)
+    if not RUNS or stride != 1 or index_stride not in (0, 1) or len(layout.red) == 1:
+        return None
+    tile = _reduce_mod.tile_for(prep.in_vt, prep.acc_vt, lift, k_count, b.device_id)
+    nv = tile.nt * tile.vt
+    if -(-length // nv) * nv * RUNS_WASTE > length * (RUNS_WASTE + 1):
+        return None
+    outer = layout.red[:-1]
+    p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, None,
+                         lift=lift, project=project, ddof=ddof, transform=prep.transform, post=prep.post,
+                         runs=(len(outer), length, index_rises(layout.red)))
+    # 8-byte loads where every run starts on an even item of an 8-byte aligned window
+    scale = 2 if (p.wide is not None and origin % 2 == 0 and length % 2 == 0 and extent % 2 == 0
+                  and all(d[1] % 2 == 0 for d in outer) and not any(a.ptr & 7 for a in flat)) else 1
+    if scale == 2:
+        p = p.wide
+    per_run = -(-length // (p.spec.tile.nt * p.spec.tile.vt))
+    i64 = np.int64
+    geometry = (i64(origin // scale), i64(length // scale), i64(per_run), i64(k_count // length * per_run),
+                i64(layout.index_origin), i64(extent), tuple(i64(d[0]) for d in outer),
+                tuple(i64(d[1] // scale) for d in outer), tuple(i64(d[2]) for d in outer))
+    return p, geometry
 
 
 #: Where ``splits`` sits in the axis kernels' arguments (bench axes reads recorded launches).

@@ -229,13 +229,16 @@ def fill_projected(b, acc_vt, out_vt, post, outs, count, value):
 
 Spec = collections.namedtuple(
     "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint "
-    "transform post rising", defaults=(False, "plain", None, None, False))
+    "transform post rising runs", defaults=(False, "plain", None, None, False, 0))
 # wide: the input is read 8 bytes (two 4-byte items) per load, with cache hint ``hint``;
 # see _fold_tile_wide. transform: None or an ops.Transform of in_vt's items, applied to
 # each item as it is loaded (fused: the lift sees its result). post: None or
 # (ops.Transform, the result type before it), applied to each result (project_of).
 # rising: a thread's fold takes its items in rising index order, so for argmin/argmax an
 # item never wins a tie against the state (_RISING_UPDATES); combines of states keep the op's.
+# runs: 0, or the input is a view of equally long contiguous runs (``x[::2]``, the rows of a
+# transposed or permuted view) over this many outer dimensions, read as one flat window of
+# memory whose tiles are laid along each run (reduce_kernel's ``geometry``).
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -324,8 +327,9 @@ def _protocol_items(spec):
 
 @functools.lru_cache(maxsize=None)
 def _fold_tile(spec):
-    """Device function ``(state, have, xs, n, base, tid) -> (state, have)``: fold
-    this thread's items of one tile into its state.
+    """Device function ``(state, have, xs, n, base, tid, shift) -> (state, have)``: fold
+    this thread's items of one tile (from position ``base``; ``n``: the end of the run it
+    lies in) into its state; an item's index is its position + ``shift`` (0 but in runs).
 
     A tile's VT loads are all issued before the first combine (generated,
     unrolled code), so they are in flight together whatever branches the
@@ -342,15 +346,17 @@ def _fold_tile(spec):
     span = vt if spec.ordered else 1
     start, update, _ = _protocol(spec)
     load = spec.in_vt.load
-    lines = ["def fold_full(state, have, xs, first):"]
+    # (``first`` the thread's first position, ``at`` its first item's index: the same but in
+    # the runs of a view, where the index is the C-order one)
+    lines = ["def fold_full(state, have, xs, first, at):"]
     lines += ["    x%d = load(xs, first + %d)" % (k, k * step) for k in range(vt)]
     # (argmin/argmax take the rising update here, Spec.rising: their tiles' items come in
     # index order. Before it, folding a tile as a tree of combines gained 2%, H200.)
-    lines += ["    state = update(state, x0, first) if have else start(x0, first)"]
+    lines += ["    state = update(state, x0, at) if have else start(x0, at)"]
     # two items a call site (each costs Numba's typing; see _guarded)
-    lines += ["    state = update_two(state, x%d, first + %d, x%d, first + %d)" % (k, k * step, k + 1, (k + 1) * step)
+    lines += ["    state = update_two(state, x%d, at + %d, x%d, at + %d)" % (k, k * step, k + 1, (k + 1) * step)
               for k in range(1, vt - 1, 2)]
-    lines += ["    state = update(state, x%d, first + %d)" % (k, k * step) for k in range(1 + (vt - 1) // 2 * 2, vt)]
+    lines += ["    state = update(state, x%d, at + %d)" % (k, k * step) for k in range(1 + (vt - 1) // 2 * 2, vt)]
     lines += ["    return state"]
     env = {"load": load, "start": start, "update": update, "update_two": _codegen.build(
         "def update_two(state, x, i, y, j):\n    return update(update(state, x, i), y, j)\n", "update_two",
@@ -358,13 +364,13 @@ def _fold_tile(spec):
     fold_full = _codegen.build("\n".join(lines) + "\n", "fold_full", env)
     # Indices grow with k: item k is in range only if item 0 is, so only item 0 needs
     # `have` (one start call site, not VT: a fifth of a first call's compile, and fewer branches).
-    lines = ["def fold_part(state, have, xs, first, n):", "    last = n - 1"]
+    lines = ["def fold_part(state, have, xs, first, n, at):", "    last = n - 1"]
     lines += ["    x%d = load_upto(xs, first + %d, last)" % (k, k * step) for k in range(vt)]
     lines += ["    if first < n:",
-              "        state = update(state, x0, first) if have else start(x0, first)",
+              "        state = update(state, x0, at) if have else start(x0, at)",
               "        have = True"]
     # (a call an item, not a branch: see _guarded)
-    lines += ["    state = update_if(first + %d, n, state, x%d, first + %d)" % (k * step, k, k * step)
+    lines += ["    state = update_if(first + %d, n, state, x%d, at + %d)" % (k * step, k, k * step)
               for k in range(1, vt)]
     lines += ["    return state, have"]
     env["update_if"] = _guarded(update, 2)
@@ -373,11 +379,11 @@ def _fold_tile(spec):
     fold_part = _codegen.build("\n".join(lines) + "\n", "fold_part", env)
 
     @cuda.jit(device=True)
-    def fold_tile(state, have, xs, n, base, tid):
+    def fold_tile(state, have, xs, n, base, tid, shift):
         first = base + tid * span
         if base + nv <= n:  # a full tile: no bounds checks
-            return fold_full(state, have, xs, first), True
-        return fold_part(state, have, xs, first, n)
+            return fold_full(state, have, xs, first, first + shift), True
+        return fold_part(state, have, xs, first, n, first + shift)
 
     return fold_tile
 
@@ -397,8 +403,9 @@ def _pairs_fold_tile(fold_full, fold_part, nvp):
     """``fold_tile`` over pairs: ``fold_full`` where the tile's ``nvp`` pairs are all
     there, ``fold_part`` (bounds-checked) at the end."""
 
+    # (``shift``, the index offset, is unused: pairs are never read for argmin/argmax, see plan)
     @cuda.jit(device=True)
-    def fold_tile(state, have, pairs, n, base, tid):
+    def fold_tile(state, have, pairs, n, base, tid, shift):
         first = base + tid
         if base + nvp <= n:
             return fold_full(state, have, pairs, first), True
@@ -547,7 +554,15 @@ def _atomic(op_atomic):
 def reduce_kernel(spec):
     """The Python kernel function for ``spec`` (compiled by the launch path).
 
-    Arguments: ``(xs, n, partials, counter, out, init, has_init)``.
+    Arguments: ``(xs, n, partials, counter, out, init, has_init)``; where ``spec.runs``,
+    ``xs`` is the flat window of memory the view covers and ``n`` its *geometry* (every
+    field int64; positions in pairs where ``spec.wide``): ``(origin, length, tiles_per_run,
+    tiles, index_origin, extent, shape, strides, index_strides)``: the position of run 0's
+    first item, the runs' length, their tiles, that item's C-order index, the window's
+    items, and the outer dimensions' lengths, strides and index strides (``spec.runs`` of
+    each, outer to inner). Run ``r``'s tiles are tiles
+    ``r * tiles_per_run ..``: a tile never straddles two runs, so its loads are the
+    contiguous reduce's own.
     """
     nt, vt = spec.tile
     nv = nt * vt
@@ -573,6 +588,26 @@ def reduce_kernel(spec):
         atomic = _atomic(spec.op.atomic)
         from .. import warp
         warp_reduce = warp.partial_reduce(spec.op, spec.acc_vt)
+    runs = spec.runs
+
+    @cuda.jit(device=True)
+    def run_tile(geometry, r, j):
+        """Tile ``j`` of run ``r``: (its first position, the end of its run, the index
+        shift: an item's C-order index is its position plus this)."""
+        origin, length, _, _, index_origin, _, shape, strides, index_strides = geometry
+        start = origin
+        at = index_origin
+        if runs == 1:
+            start += r * strides[0]
+            at += r * index_strides[0]
+        else:
+            q = r
+            for k in range(runs - 1, -1, -1):
+                c = q % shape[k]
+                q //= shape[k]
+                start += c * strides[k]
+                at += c * index_strides[k]
+        return start + j * per_tile, start + length, at - start
 
     @cuda.jit(device=True)
     def threads_with_items(n, base):
@@ -588,6 +623,43 @@ def reduce_kernel(spec):
         block_id = cuda.blockIdx.x
         grid = cuda.gridDim.x
         acc = start(load(xs, 0), 0)  # any state of the right type; not counted until `have`
+        if runs and not ordered:
+            # Grid-stride over the runs' tiles, (run, tile) stepped without a division.
+            src, _ = reads(xs, n[5])
+            per_run, tiles = n[2], n[3]
+            step_r = grid // per_run
+            step_j = grid - step_r * per_run
+            r = block_id // per_run
+            j = block_id - r * per_run
+            have = np.bool_(False)
+            valid = 0
+            for _ in range(block_id, tiles, grid):
+                base, end, shift = run_tile(n, r, j)
+                # (a run's last tile may be partial, and a later tile full: the threads
+                # holding a value are the widest tile's prefix)
+                valid = max(valid, threads_with_items(end, base))
+                acc, have = fold_tile(acc, have, src, end, base, tid, shift)
+                r += step_r
+                j += step_j
+                if j >= per_run:
+                    j -= per_run
+                    r += 1
+            return block_reduce(finish_state(acc), max(valid, 1))
+        if runs:
+            # Ordered: this block owns tiles [t0, t1) of the runs and folds them in sequence.
+            per_run, tiles = n[2], n[3]
+            per_block = (tiles + grid - 1) // grid
+            t0 = block_id * per_block
+            t1 = min(tiles, t0 + per_block)
+            running = finish_state(acc)
+            for t in range(t0, t1):
+                r = t // per_run
+                base, end, shift = run_tile(n, r, t - r * per_run)
+                acc, have = fold_tile(acc, False, xs, end, base, tid, shift)
+                tile_total = block_reduce(finish_state(acc), max(threads_with_items(end, base), 1))
+                running = tile_total if t == t0 else combine(running, tile_total)
+            return running
+        shift = np.int64(0)     # (positions are indices)
         if not ordered:
             # Grid-stride over tiles of what fold_tile reads: items, or (wide) pairs.
             src, count = reads(xs, n)
@@ -595,7 +667,7 @@ def reduce_kernel(spec):
             base = block_id * per_tile
             valid = threads_with_items(count, base)
             while base < count:
-                acc, have = fold_tile(acc, have, src, count, base, tid)
+                acc, have = fold_tile(acc, have, src, count, base, tid, shift)
                 base += grid * per_tile
             if wide and n & 1 and tid == 0 and block_id == ((n - 1) // nv) % grid:
                 # The odd last item, left out of the pairs, goes to thread 0 of the
@@ -611,7 +683,7 @@ def reduce_kernel(spec):
         running = finish_state(acc)
         for t in range(t0, t1):
             base = t * nv
-            acc, have = fold_tile(acc, False, xs, n, base, tid)
+            acc, have = fold_tile(acc, False, xs, n, base, tid, shift)
             tile_total = block_reduce(finish_state(acc), max(threads_with_items(n, base), 1))
             running = tile_total if t == t0 else combine(running, tile_total)
         return running
@@ -632,7 +704,7 @@ def reduce_kernel(spec):
             base = block_id * nv
             valid = threads_with_items(n, base)
             while base < n:
-                acc, have = fold_tile(acc, have, xs, n, base, tid)
+                acc, have = fold_tile(acc, have, xs, n, base, tid, np.int64(0))
                 base += cuda.gridDim.x * nv
             lanes = min(max(valid - (tid - cuda.laneid), 0), 32)
             total = warp_reduce(finish_state(acc), max(lanes, 1))
@@ -714,17 +786,19 @@ def tile_override():
 
 
 def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", project="value",
-         ddof=0, deterministic=True, transform=None, post=None):
+         ddof=0, deterministic=True, transform=None, post=None, runs=None):
     """Choose and validate the algorithm, and size the grid (cached per call
     shape and per ``CUFOLD_TILE`` override, which tests change). ``transform`` and
-    ``post``: see :data:`Spec`."""
+    ``post``: see :data:`Spec`. ``runs``: None, or ``(outer dimensions, length, rising)``
+    of a view of ``n`` items in contiguous runs (:func:`reduce_kernel`'s geometry;
+    ``rising``: whether C-order indices rise with position, :data:`Spec`)."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
-                 tile_override(), transform, post)
+                 tile_override(), transform, post, runs)
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic, forced_tile,
-          transform=None, post=None):
+          transform=None, post=None, runs=None):
     if algorithm is None:
         algorithm = _dispatch.choose_reduce(n, tile_for(acc_vt, acc_vt))
     elif algorithm not in ALGORITHMS:
@@ -734,7 +808,7 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
         _check_atomic(op, acc_vt, out_vt, deterministic, algorithm)
     tile = tile_for(in_vt, acc_vt, lift, n, device_id)
     nv = tile.nt * tile.vt
-    tiles = -(-n // nv)
+    tiles = -(-n // nv) if runs is None else n // runs[1] * -(-runs[1] // nv)
     ordered = not op.commutative
     if algorithm in ("single_block",):
         grid = 1
@@ -754,7 +828,8 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
         finish = "final"
     # (a thread's items, tile by tile, come in rising position, and positions are the indices)
     spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered,
-                transform=transform, post=post, rising=lift == "index")
+                transform=transform, post=post, rising=lift == "index" and (runs is None or runs[2]),
+                runs=0 if runs is None else runs[0])
     wide = None
     # Not for argmin/argmax: 8-byte loads made them 9% slower on an H200 (1% faster on an H100).
     if (WIDE_LOADS and not ordered and all(f.itemsize == 4 and f.kind in "iuf" for f in in_vt.fields)
@@ -805,8 +880,10 @@ def _fields(vt, arrs):
 
 def run(b, plan_, xs, n, outs, init):
     """Add a plan's launches to Program builder ``b`` (``host.programs``): ``xs`` the
-    input Arr(s), ``outs`` 1-element Arr(s) of the result."""
-    plan_ = plan_.for_input(xs)
+    input Arr(s), ``outs`` 1-element Arr(s) of the result; for a plan of runs, ``n`` is
+    their geometry and ``plan_`` the variant (wide or not) it was made in."""
+    if not plan_.spec.runs:
+        plan_ = plan_.for_input(xs)
     spec, grid = plan_.spec, plan_.grid
     acc_vt, nt = spec.acc_vt, spec.tile.nt
     has_init = init is not None

@@ -1,0 +1,52 @@
+"""Full reductions of views in contiguous runs (``A[::2]``, a permuted ``y``'s argmax), cufold
+against torch and against the same reduction of a contiguous copy, GPU time per call over
+three rotating inputs (``gpu_timing.rotating_us``), with the route cufold's planner took.
+Run it twice to compare the device reduce over runs with the rows kernel:
+
+    PYTHONPATH=src:tools python tools/runs_probe.py
+    CUFOLD_AXIS_RUNS=0 PYTHONPATH=src:tools python tools/runs_probe.py
+"""
+import torch
+
+import cufold
+from cufold.host import launch as _launch
+from axis_cases import REDUCTIONS, SHAPES
+from gpu_timing import rotating_us
+
+seen = []
+_real = _launch.kernel_for
+_launch.kernel_for = lambda fn, key, args: seen.append(key) or _real(fn, key, args)
+
+
+def route():
+    key = seen[-1] if seen else ("?",)
+    if key[0] == "reduce":
+        return "reduce runs=%d%s" % (key[1].runs, " wide" if key[1].wide else "")
+    return str(key[0])
+
+
+def row(label, views, copies, reduction):
+    mine, theirs = REDUCTIONS[reduction]
+    seen.clear()
+    got = float(mine(views[0]).item() if reduction != "argmax" else mine(views[0]).item())
+    want = float(theirs(views[0], None).item())
+    ok = abs(got - want) <= 1e-3 * max(1.0, abs(want))
+    us = rotating_us(lambda v: mine(v), views)
+    path = route()
+    them = rotating_us(lambda v: theirs(v, None), views)
+    copy = rotating_us(lambda v: mine(v), copies)
+    floor_us = views[0].numel() * 4 / 4.17e6       # the touched bytes at ~4.17 TB/s (H200 copy)
+    print("%-26s %-18s cufold %7.1f  torch %7.1f  x%.2f  copy %7.1f (%.2f)  floor %.0f%%  %s"
+          % (label, path, us, them, them / us, copy, us / copy, 100 * floor_us / us, "ok" if ok else "WRONG"))
+
+
+A = [torch.rand(*SHAPES["x"], device="cuda") for _ in range(3)]
+halves = [a[::2] for a in A]
+half_copies = [h.contiguous() for h in halves]
+for red in ("sum", "max", "argmax", "mean"):
+    row("A[::2] %s" % red, halves, half_copies, red)
+del half_copies
+y = [torch.rand(*SHAPES["y"], device="cuda") for _ in range(3)]
+for perm in ((1, 0, 2), (0, 1, 2)):
+    views = [t.permute(*perm) for t in y]
+    row("y.permute%s argmax" % (perm,), views, [v.contiguous() for v in views], "argmax")
