@@ -236,9 +236,10 @@ Spec = collections.namedtuple(
 # (ops.Transform, the result type before it), applied to each result (project_of).
 # rising: a thread's fold takes its items in rising index order, so for argmin/argmax an
 # item never wins a tie against the state (_RISING_UPDATES); combines of states keep the op's.
-# runs: 0, or the input is a view of equally long contiguous runs (``x[::2]``, the rows of a
-# transposed or permuted view) over this many outer dimensions, read as one flat window of
-# memory whose tiles are laid along each run (reduce_kernel's ``geometry``).
+# runs: 0, or the input is a view of equally long contiguous runs (``x[::2]``) over this many
+# outer dimensions, read as one flat window of memory whose tiles are laid along each run
+# (reduce_kernel's ``geometry``); commutative operators only, whose indices (argmin/argmax)
+# rise with position.
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -623,7 +624,7 @@ def reduce_kernel(spec):
         block_id = cuda.blockIdx.x
         grid = cuda.gridDim.x
         acc = start(load(xs, 0), 0)  # any state of the right type; not counted until `have`
-        if runs and not ordered:
+        if runs:
             # Grid-stride over the runs' tiles, (run, tile) stepped without a division.
             src, _ = reads(xs, n[5])
             per_run, tiles = n[2], n[3]
@@ -645,20 +646,6 @@ def reduce_kernel(spec):
                     j -= per_run
                     r += 1
             return block_reduce(finish_state(acc), max(valid, 1))
-        if runs:
-            # Ordered: this block owns tiles [t0, t1) of the runs and folds them in sequence.
-            per_run, tiles = n[2], n[3]
-            per_block = (tiles + grid - 1) // grid
-            t0 = block_id * per_block
-            t1 = min(tiles, t0 + per_block)
-            running = finish_state(acc)
-            for t in range(t0, t1):
-                r = t // per_run
-                base, end, shift = run_tile(n, r, t - r * per_run)
-                acc, have = fold_tile(acc, False, xs, end, base, tid, shift)
-                tile_total = block_reduce(finish_state(acc), max(threads_with_items(end, base), 1))
-                running = tile_total if t == t0 else combine(running, tile_total)
-            return running
         shift = np.int64(0)     # (positions are indices)
         if not ordered:
             # Grid-stride over tiles of what fold_tile reads: items, or (wide) pairs.
@@ -789,9 +776,9 @@ def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", proje
          ddof=0, deterministic=True, transform=None, post=None, runs=None):
     """Choose and validate the algorithm, and size the grid (cached per call
     shape and per ``CUFOLD_TILE`` override, which tests change). ``transform`` and
-    ``post``: see :data:`Spec`. ``runs``: None, or ``(outer dimensions, length, rising)``
-    of a view of ``n`` items in contiguous runs (:func:`reduce_kernel`'s geometry;
-    ``rising``: whether C-order indices rise with position, :data:`Spec`)."""
+    ``post``: see :data:`Spec`. ``runs``: None, or ``(outer dimensions, length)`` of a
+    view of ``n`` items in contiguous runs (:func:`reduce_kernel`'s geometry): for
+    commutative operators, whose C-order indices rise with position (:data:`Spec`)."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
                  tile_override(), transform, post, runs)
 
@@ -810,6 +797,8 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
     nv = tile.nt * tile.vt
     tiles = -(-n // nv) if runs is None else n // runs[1] * -(-runs[1] // nv)
     ordered = not op.commutative
+    if runs is not None and ordered:
+        raise ValueError("cufold: the reduce over runs takes commutative operators only")
     if algorithm in ("single_block",):
         grid = 1
     elif algorithm == "tiles":
@@ -828,8 +817,7 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
         finish = "final"
     # (a thread's items, tile by tile, come in rising position, and positions are the indices)
     spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered,
-                transform=transform, post=post, rising=lift == "index" and (runs is None or runs[2]),
-                runs=0 if runs is None else runs[0])
+                transform=transform, post=post, rising=lift == "index", runs=0 if runs is None else runs[0])
     wide = None
     # Not for argmin/argmax: 8-byte loads made them 9% slower on an H200 (1% faster on an H100).
     if (WIDE_LOADS and not ordered and all(f.itemsize == 4 and f.kind in "iuf" for f in in_vt.fields)

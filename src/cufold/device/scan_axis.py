@@ -906,12 +906,14 @@ def _strip_width(b, lay):
 
 def narrow_tile(in_vt, acc_vt):
     """``(warps, steps)`` of :func:`narrow_columns_kernel`: warps a block, and steps of
-    ``32 // width`` rows a lane holds: 4 x 32 for accumulators of up to 8 bytes, else 64
-    bytes of accumulators a lane (``CUFOLD_NARROW_TILE=WxS`` overrides). Four warps, not
-    eight, idle fewer while warp 0 looks back (H200, (2^22, 4) along axis 0, us: float32
-    8 x 16 56.5, 4 x 32 49.8, 8 x 32 49.9; float64 8 x 8 195, 8 x 16 129, 4 x 32 121,
-    8 x 32 111 (4 x 32 kept: the one the GPU tests ran); int32 -> int64 8 x 16 123,
-    4 x 32 81.6). The simulator takes 2 x 2, so that small test inputs span many tiles."""
+    ``32 // width`` rows a lane holds: 4 x 32 for accumulators of up to 8 bytes (8 x 32 for
+    8-byte items; int64 untimed), else 64 bytes of accumulators a lane (``CUFOLD_NARROW_TILE=WxS``
+    overrides). Four warps, not eight, idle fewer while warp 0 looks back (H200, (2^22, 4)
+    along axis 0, us: float32 8 x 16 56.5, 4 x 32 49.8, 8 x 32 49.9; int32 -> int32 8 x 16
+    61.2, 4 x 32 56.0; int32 -> int64 8 x 16 123, 4 x 32 81.5, 8 x 32 97.4). float64 is the
+    exception: 8 x 8 195, 8 x 16 129, 4 x 32 120.3-121, 8 x 32 110.4-111, 4 x 64 253 (and
+    (2^23, 2): 4 x 32 102.0, 8 x 32 100.1). The simulator takes 2 x 2, so that small test
+    inputs span many tiles."""
     forced = os.environ.get("CUFOLD_NARROW_TILE")
     if forced:
         warps, steps = (int(v) for v in forced.lower().split("x"))
@@ -919,7 +921,7 @@ def narrow_tile(in_vt, acc_vt):
     if config.ENABLE_CUDASIM:
         return 2, 2
     if acc_vt.itemsize <= 8:
-        return 4, 32
+        return (8 if in_vt.itemsize == 8 and not in_vt.is_tuple else 4), 32
     return 8, max(2, 64 // acc_vt.itemsize)
 
 
