@@ -43,8 +43,11 @@ columns        a kept dimension has the smallest stride       ``columns``: a blo
                                                                (whole sectors written)
 =============  ===========================================  ====================================
 
-A thread whose items span whole innermost rows (a full reduction of ``x.T`` or of a
-permuted array, ``x[::2]``) walks them row by row: the outer dimensions once a row.
+A full reduction of a view in long contiguous runs (``x[::2].sum()``) by a commutative
+operator whose indices rise with position takes the device-wide reduce over the runs' tiles
+(:data:`RUNS`, ``reduce.Spec.runs``). Otherwise a thread whose items span whole innermost
+rows (a full reduction of ``x.T``'s argmax or of a permuted array) walks them row by row:
+the outer dimensions once a row.
 
 Both kernels split an output's reduced items over several blocks (or warps)
 when the outputs alone cannot fill the GPU: each writes its partial to the
