@@ -1013,6 +1013,8 @@ def test_axes_launched_plan():
     assert launched_plan(lambda: cufold.sum(x, axis=1)) is None
     assert re.fullmatch(r"cols \d+x\d+ x\d+, \d+ blocks", launched_plan(lambda: cufold.argmax(x, axis=0)))
     assert launched_plan(lambda: cufold.min(x)).startswith("reduce")
+    rows = cuda.to_device(np.random.default_rng(1).standard_normal((8, 8192)).astype(np.float32))
+    assert re.fullmatch(r"reduce runs=1 wide, \d+ blocks", launched_plan(lambda: cufold.sum(rows[::2])))
     row = {"layout": "A", "axis": 1, "reduction": "sum", "plan": "rows g256 x6", "launched": "rows g256 x5, 960 blocks",
            "floor_us": 60.0, "contiguous_data": True, "full_noncontig": False,
            "cufold": {"status": "ok", "gpu_us": 64.0}, "torch": {"status": "ok", "gpu_us": 80.0}}

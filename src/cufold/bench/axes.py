@@ -164,6 +164,8 @@ def launched_plan(call):
             kind = _schedule_text("columns", tx=key[2], ty=key[3], split=args[A.SPLITS_ARG])
         elif kind == "axis_transposed":
             kind = _schedule_text("transposed", tx=key[3], tb=key[4])
+        elif kind == "reduce" and key[1].runs:      # the device reduce over a view's runs
+            kind = "reduce runs=%d%s" % (key[1].runs, " wide" if key[1].wide else "")
         return "%s, %d blocks" % (kind, grid)
     return None
 

@@ -1294,20 +1294,18 @@ def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, pro
     if (not RUNS or not prep.op.commutative or stride != 1 or index_stride not in (0, 1)
             or len(layout.red) == 1 or (index_stride and not index_rises(layout.red))):
         return None
-    tile = _reduce_mod.tile_for(prep.in_vt, prep.acc_vt, lift, k_count, b.device_id)
-    nv = tile.nt * tile.vt
-    if -(-length // nv) * nv * RUNS_WASTE > length * (RUNS_WASTE + 1):
-        return None
     outer = layout.red[:-1]
     p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, None,
                          lift=lift, project=project, ddof=ddof, transform=prep.transform, post=prep.post,
                          runs=(len(outer), length))
+    per_run = -(-length // (p.spec.tile.nt * p.spec.tile.vt))
+    if per_run * p.spec.tile.nt * p.spec.tile.vt * RUNS_WASTE > length * (RUNS_WASTE + 1):
+        return None
     # 8-byte loads where every run starts on an even item of an 8-byte aligned window
     scale = 2 if (p.wide is not None and origin % 2 == 0 and length % 2 == 0 and extent % 2 == 0
                   and all(d[1] % 2 == 0 for d in outer) and not any(a.ptr & 7 for a in flat)) else 1
     if scale == 2:
         p = p.wide
-    per_run = -(-length // (p.spec.tile.nt * p.spec.tile.vt))
     i64 = np.int64
     geometry = (i64(origin // scale), i64(length // scale), i64(per_run), i64(k_count // length * per_run),
                 i64(layout.index_origin), i64(extent), tuple(i64(d[0]) for d in outer),

@@ -598,7 +598,7 @@ def reduce_kernel(spec):
         origin, length, _, _, index_origin, _, shape, strides, index_strides = geometry
         start = origin
         at = index_origin
-        if runs == 1:
+        if runs == 1:          # (x[::2]: no division a tile)
             start += r * strides[0]
             at += r * index_strides[0]
         else:
