@@ -555,23 +555,31 @@ def test_full_reduction_of_views_uses_every_block(rng, view, simulator_limits):
 RUN_WHOLE, RUN_PARTIAL = (384, 1000) if SIMULATOR else (8192, 29672)
 
 
-@pytest.mark.parametrize("view", ["row_strided", "odd_stride", "partial_tiles", "two_outer"])
+@pytest.mark.parametrize("view", ["row_strided", "odd_stride", "partial_tiles", "two_outer", "transposed",
+                                  "transposed_partial"])
 def test_full_reduction_of_runs_takes_the_device_reduce(rng, axis_keys, view):
     """A full reduction of a view of long contiguous runs (``x[::2]``) by a commutative
     operator is the device reduce over the runs' tiles (``reduce.Spec.runs``): sums and
     maxima through 8-byte loads where every run starts 8-byte aligned, argmin/argmax with
-    NumPy's C-order index. Where indices do not rise with position (two_outer's argmax) and
-    for a non-commutative operator (in C order) the rows kernel stays."""
+    NumPy's C-order index. Where indices rise along each run but not from run to run
+    (two_outer's and the transposed views' argmax, read in memory order) each tile folds
+    afresh and merges by the tie-breaking combine (``Spec.retile``); a non-commutative
+    operator (in C order) keeps the rows kernel."""
     w, p = RUN_WHOLE, RUN_PARTIAL
     shape, strides = {"row_strided": ((6, w), (2 * w, 1)),
                       "odd_stride": ((5, w), (w + 1, 1)),
                       "partial_tiles": ((4, p), (p + 6, 1)),
                       # (2, 3, w) turned to (3, 2, w): indices step 2w, then w, then 1
-                      "two_outer": ((3, 2, w), (w, 3 * w, 1))}[view]
+                      "two_outer": ((3, 2, w), (w, 3 * w, 1)),
+                      # x.T of a (5, w) array: indices step 5 along each run of w
+                      "transposed": ((w, 5), (1, w)),
+                      "transposed_partial": ((p, 3), (1, p + 6))}[view]
     n = max(sum((k - 1) * s for k, s in zip(shape, strides)) + 1, 6 * w)
     base = rng.integers(0, 9, n).astype(np.float32)     # ties: the index rule matters
     d, x = strided_view(base, 0, shape, strides)
     x64 = x.astype(np.float64)
+    one_run = view in ("two_outer", "transposed")       # memory in one run: sums need no runs
+    retile = view in ("transposed", "transposed_partial") or (view == "two_outer" and axis_mod.RETILE == "all")
 
     def ran():
         return axis_keys("reduce")[-1][1]
@@ -580,22 +588,22 @@ def test_full_reduction_of_runs_takes_the_device_reduce(rng, axis_keys, view):
         return len(axis_keys("axis_rows"))
 
     np.testing.assert_allclose(host(cufold.sum(d)), x64.sum(), rtol=1e-6)
-    # (two_outer's memory is one run: its sums need no index, so they reduce it contiguously)
-    assert ran().runs == (0 if view == "two_outer" else len(shape) - 1)
-    assert ran().wide == (view in ("row_strided", "partial_tiles", "two_outer"))
+    assert ran().runs == (0 if one_run else len(shape) - 1)
+    assert ran().wide == (view != "odd_stride")
     np.testing.assert_array_equal(host(cufold.max(d)), x.max())
     before = rows_asked()
     np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax())
-    if view == "two_outer":
+    if view == "two_outer" and not retile:
         assert rows_asked() > before
     else:
-        assert ran().runs == len(shape) - 1 and ran().rising
+        assert rows_asked() == before
+        assert ran().runs == len(shape) - 1 and ran().rising and ran().retile == retile
     np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax())
     np.testing.assert_array_equal(host(cufold.argmin(d)), x.argmin())
     np.testing.assert_allclose(host(cufold.mean(d)), x64.mean(), rtol=1e-6)
     mean, var = cufold.mean_var(d)
     np.testing.assert_allclose((host(mean), host(var)), (x64.mean(), x64.var()), rtol=1e-5)
-    assert ran().runs == (0 if view == "two_outer" else len(shape) - 1)
+    assert ran().runs == (0 if one_run else len(shape) - 1)
     ia, a = strided_view(rng.choice([-1, 1], n).astype(np.int64), 0, shape, strides)
     ib, b = strided_view(rng.integers(-3, 4, n).astype(np.int64), 0, shape, strides)
     before = rows_asked()
@@ -604,6 +612,24 @@ def test_full_reduction_of_runs_takes_the_device_reduce(rng, axis_keys, view):
     np.testing.assert_array_equal(host(got[0]), ra)
     np.testing.assert_array_equal(host(got[1]), rb)
     assert rows_asked() > before
+
+
+@pytest.mark.parametrize("view", ["transposed", "two_outer"])
+def test_retiled_runs_break_ties_by_index(rng, view):
+    """The tiles of a retiled argmax/argmin merge in no index order: all-equal items, one
+    NaN, and a maximum repeated in several runs still give NumPy's first (C-order) index."""
+    w = RUN_WHOLE
+    shape, strides = {"transposed": ((w, 5), (1, w)), "two_outer": ((3, 2, w), (w, 3 * w, 1))}[view]
+    n = max(sum((k - 1) * s for k, s in zip(shape, strides)) + 1, 6 * w)
+    for fill in ("equal", "repeated_max", "nan"):
+        base = np.full(n, 3.0, np.float32) if fill == "equal" else rng.integers(0, 4, n).astype(np.float32)
+        if fill == "repeated_max":
+            base[rng.choice(n, 7, replace=False)] = 9.0
+        if fill == "nan":
+            base[rng.choice(n, 3, replace=False)] = np.nan
+        d, x = strided_view(base, 0, shape, strides)
+        np.testing.assert_array_equal(host(cufold.argmax(d)), x.argmax(), err_msg=fill)
+        np.testing.assert_array_equal(host(cufold.argmin(d)), x.argmin(), err_msg=fill)
 
 
 def test_planner_layouts():

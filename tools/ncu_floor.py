@@ -7,6 +7,10 @@ dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,\\
 sm__throughput.avg.pct_of_peak_sustained_elapsed python tools/ncu_floor.py > $OUT/ncu-floor.csv
     python tools/ncu_floor.py --table $OUT/ncu-floor.csv      # a line a launch, under its case
 
+``runs`` as the first argument profiles #24's remaining misses instead: the full reductions of
+A[::2] (the reduce over runs) next to the same reductions of its contiguous copy and of A, A.T's
+full argmax next to A's, and a kernel copy of the contiguous half (DRAM's ceiling on 128 MiB).
+
 (``--clock-control none``: the clocks the benchmarks run at; ncu's default locks them to
 base, which slows instruction-heavy kernels more than reads.) (A copy_ of a contiguous
 tensor is a DMA copy, which ncu does not profile: the copy here is an elementwise kernel.)
@@ -61,9 +65,38 @@ def cases():
 MARKER = "spin"         # (torch.cuda._sleep's kernel name holds it)
 
 
-def run():
+def runs_cases():
+    """(label, call) of #24's misses: A[::2] and A.T against contiguous reads of the same bytes."""
     import torch
-    todo = cases()
+
+    import cufold
+    from axis_cases import array
+
+    x, y = array("x"), array("y")
+    y_copy = y.permute(1, 0, 2).contiguous()
+    half = x[::2]
+    half_copy = half.contiguous()
+    half_out = torch.empty_like(half_copy)
+    return [
+        ("cufold.sum(A[::2])", lambda: cufold.sum(half)),
+        ("cufold.sum(A[::2].contiguous())", lambda: cufold.sum(half_copy)),
+        ("torch.sum(A[::2].contiguous())", lambda: half_copy.sum()),
+        ("copy(A[::2].contiguous()), as a kernel", lambda: torch.mul(half_copy, 1.0, out=half_out)),
+        ("copy(A[::2]) (strided reads), as a kernel", lambda: torch.mul(half, 1.0, out=half_out)),
+        ("cufold.argmax(A[::2])", lambda: cufold.argmax(half)),
+        ("cufold.argmax(A[::2].contiguous())", lambda: cufold.argmax(half_copy)),
+        ("cufold.sum(A)", lambda: cufold.sum(x)),
+        ("cufold.argmax(A)", lambda: cufold.argmax(x)),
+        ("cufold.argmax(A.T)", lambda: cufold.argmax(x.T)),
+        ("cufold.argmax(y.permute(1, 0, 2))", lambda: cufold.argmax(y.permute(1, 0, 2))),
+        ("cufold.argmax(y.permute(1, 0, 2).contiguous())", lambda: cufold.argmax(y_copy)),
+        ("torch.argmax(A)", lambda: x.argmax()),
+    ]
+
+
+def run(which="floor"):
+    import torch
+    todo = runs_cases() if which == "runs" else cases()
     for label, call in todo:      # compiled and planned before the profiled launches
         call()
         print("case: " + label)   # (in the order of the markers: what --table reads)
@@ -102,4 +135,4 @@ if __name__ == "__main__":
         table(sys.argv[sys.argv.index("--table") + 1])
     else:
         sys.path.insert(0, __file__.rsplit("/", 1)[0])
-        run()
+        run(sys.argv[1] if len(sys.argv) > 1 else "floor")

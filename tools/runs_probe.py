@@ -5,7 +5,10 @@ Run it twice to compare the device reduce over runs with the rows kernel:
 
     PYTHONPATH=src:tools python tools/runs_probe.py
     CUFOLD_AXIS_RUNS=0 PYTHONPATH=src:tools python tools/runs_probe.py
+    CUFOLD_AXIS_RETILE=0 PYTHONPATH=src:tools python tools/runs_probe.py   # argmaxes of A.T, y's perms: rows
 """
+import sys
+
 import torch
 
 from cufold.bench.axes import launched_plan
@@ -13,7 +16,12 @@ from axis_cases import REDUCTIONS, SHAPES
 from gpu_timing import rotating_us
 
 
+ONLY = sys.argv[1:]          # reductions to time (all where none is named)
+
+
 def row(label, views, copies, reduction):
+    if ONLY and reduction not in ONLY:
+        return
     mine, theirs = REDUCTIONS[reduction]
     first = []
     path = launched_plan(lambda: first.append(mine(views[0])))      # (the call that plans)
@@ -33,7 +41,10 @@ half_copies = [h.contiguous() for h in halves]
 for red in ("sum", "max", "argmax", "mean"):
     row("A[::2] %s" % red, halves, half_copies, red)
 del half_copies
+for red in ("argmax",):
+    row("A.T %s" % red, [a.T for a in A], A, red)          # (retiled runs; the copy is A itself)
+del halves
 y = [torch.rand(*SHAPES["y"], device="cuda") for _ in range(3)]
-for perm in ((1, 0, 2), (0, 1, 2)):
+for perm in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (0, 1, 2)):
     views = [t.permute(*perm) for t in y]
     row("y.permute%s argmax" % (perm,), views, [v.contiguous() for v in views], "argmax")

@@ -90,6 +90,9 @@ for rows, length in ((40, 8192), (8, 29672)):
     dr = cuda.to_device(r)
     check("runs: full sum of %dx%d[::2]" % (rows, length), cufold.sum(dr[::2]).copy_to_host(), r[::2].sum())
     check("runs: full argmax of %dx%d[::2]" % (rows, length), cufold.argmax(dr[::2]).copy_to_host(), r[::2].argmax())
+    # (retiled: indices rise along each run, not from run to run)
+    check("runs: full argmax of %dx%d.T" % (rows, length), cufold.argmax(dr.T).copy_to_host(), r.T.argmax())
+    check("runs: full argmin of %dx%d.T" % (rows, length), cufold.argmin(dr.T).copy_to_host(), r.T.argmin())
     rv = r[::2].astype(np.float64)
     check("runs: mean_var of %dx%d[::2]" % (rows, length),
           np.array([m.copy_to_host() for m in cufold.mean_var(cuda.to_device(r.astype(np.float32))[::2])]),

@@ -45,9 +45,10 @@ columns        a kept dimension has the smallest stride       ``columns``: a blo
 
 A full reduction of a view in long contiguous runs (``x[::2].sum()``) by a commutative
 operator whose indices rise with position takes the device-wide reduce over the runs' tiles
-(:data:`RUNS`, ``reduce.Spec.runs``). Otherwise a thread whose items span whole innermost
-rows (a full reduction of ``x.T``'s argmax or of a permuted array) walks them row by row:
-the outer dimensions once a row.
+(:data:`RUNS`, ``reduce.Spec.runs``); so does the argmin/argmax of ``x.T``, whose indices
+rise along each run only, a tile at a time (:data:`RETILE`). Otherwise a thread whose items
+span whole innermost rows (a permuted array's argmax) walks them row by row: the outer
+dimensions once a row.
 
 Both kernels split an output's reduced items over several blocks (or warps)
 when the outputs alone cannot fill the GPU: each writes its partial to the
@@ -1283,6 +1284,14 @@ def plan_axes(b, arrs, given, is_tuple, axes, keepdims, prep, init, algorithm, l
 #: operators (unmeasured) the rows kernel stays. ``CUFOLD_AXIS_RUNS=0``: the rows kernel.
 RUNS = os.environ.get("CUFOLD_AXIS_RUNS", "1") != "0"
 RUNS_WASTE = 8
+#: argmin/argmax of runs whose indices rise along each run but not from run to run (a full
+#: argmax of x.T, read in memory order) take the device reduce over runs too, each tile folded
+#: afresh and merged by the op's tie-breaking combine (``reduce.Spec.retile``). H200, us, against
+#: the rows kernel: (8192, 8192).T 70.8 -> 68.3 (a contiguous copy's argmax: 66.8). Over two
+#: outer dimensions (permutations of (64, 3, 65536)) they lost: 22.4 -> 23.6-23.8. So
+#: ``CUFOLD_AXIS_RETILE=1`` (default): runs over one outer dimension only; ``all``: any; ``0``:
+#: the rows kernel.
+RETILE = os.environ.get("CUFOLD_AXIS_RETILE", "1")
 
 
 def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, project, ddof):
@@ -1291,13 +1300,16 @@ def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, pro
     ``flat``: the windows of memory the view covers, ``origin`` its first item there."""
     length, stride, index_stride = layout.red[-1]
     # (index strides are 0 unless indexed; a single run is here only for a flipped index)
-    if (not RUNS or not prep.op.commutative or stride != 1 or index_stride not in (0, 1)
-            or len(layout.red) == 1 or (index_stride and not index_rises(layout.red))):
+    if not RUNS or not prep.op.commutative or stride != 1 or len(layout.red) == 1 or index_stride < 0:
+        return None
+    # Indices that rise along each run but not from run to run (x.T): tiles folded afresh.
+    retile = bool(index_stride) and (index_stride != 1 or not index_rises(layout.red))
+    if retile and not (lift == "index" and (RETILE == "all" or (RETILE == "1" and len(layout.red) == 2))):
         return None
     outer = layout.red[:-1]
     p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, None,
                          lift=lift, project=project, ddof=ddof, transform=prep.transform, post=prep.post,
-                         runs=(len(outer), length))
+                         runs=(len(outer), length, retile))
     per_run = -(-length // (p.spec.tile.nt * p.spec.tile.vt))
     if per_run * p.spec.tile.nt * p.spec.tile.vt * RUNS_WASTE > length * (RUNS_WASTE + 1):
         return None
@@ -1309,7 +1321,8 @@ def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, pro
     i64 = np.int64
     geometry = (i64(origin // scale), i64(length // scale), i64(per_run), i64(k_count // length * per_run),
                 i64(layout.index_origin), i64(extent), tuple(i64(d[0]) for d in outer),
-                tuple(i64(d[1] // scale) for d in outer), tuple(i64(d[2]) for d in outer))
+                tuple(i64(d[1] // scale) for d in outer), tuple(i64(d[2]) for d in outer),
+                i64(index_stride if retile else 1))
     return p, geometry
 
 

@@ -70,6 +70,11 @@ LARGE_TILE = Tile(256, 32)
 LARGE_TILE_SHARE = 16
 #: Threads per SM that reduce kernels with a transform are compiled for (``launch_bounds``).
 TRANSFORM_THREADS_PER_SM = 1024
+#: ... and retiled argmin/argmax over runs (``Spec.retile``), which take 3 blocks of 256 an SM
+#: unbounded: 4 at 64 registers, no spills. H200, argmax of (8192, 8192).T, us: 69.4 -> 68.3
+#: (bench axes: 0.88 -> 0.92 of the floor). The rising runs (x[::2]) lost under the same
+#: bound (39.3 -> 53.9) and keep none. ``CUFOLD_RETILE_THREADS=0``: no bound.
+RETILE_THREADS_PER_SM = int(os.environ.get("CUFOLD_RETILE_THREADS", "1024"))
 
 
 def tile_for(in_vt, acc_vt, lift="value", n=None, device_id=0):
@@ -229,7 +234,7 @@ def fill_projected(b, acc_vt, out_vt, post, outs, count, value):
 
 Spec = collections.namedtuple(
     "Spec", "op in_vt acc_vt out_vt lift project ddof tile finish block_algorithm ordered wide hint "
-    "transform post rising runs", defaults=(False, "plain", None, None, False, 0))
+    "transform post rising runs retile", defaults=(False, "plain", None, None, False, 0, False))
 # wide: the input is read 8 bytes (two 4-byte items) per load, with cache hint ``hint``;
 # see _fold_tile_wide. transform: None or an ops.Transform of in_vt's items, applied to
 # each item as it is loaded (fused: the lift sees its result). post: None or
@@ -239,7 +244,11 @@ Spec = collections.namedtuple(
 # runs: 0, or the input is a view of equally long contiguous runs (``x[::2]``) over this many
 # outer dimensions, read as one flat window of memory whose tiles are laid along each run
 # (reduce_kernel's ``geometry``); commutative operators only, whose indices (argmin/argmax)
-# rise with position.
+# rise with position, unless retile.
+# retile (runs of argmin/argmax only): indices rise along each run (by the run's index
+# stride) but not from run to run (x.T read in memory order): a thread folds each tile
+# afresh, its items' indices their positions in the run, then turns the tile's state's index
+# into the C-order one and merges it with the op's combine, which breaks ties by index.
 
 
 # --- the thread's accumulation protocol -------------------------------------------------
@@ -558,10 +567,11 @@ def reduce_kernel(spec):
     Arguments: ``(xs, n, partials, counter, out, init, has_init)``; where ``spec.runs``,
     ``xs`` is the flat window of memory the view covers and ``n`` its *geometry* (every
     field int64; positions in pairs where ``spec.wide``): ``(origin, length, tiles_per_run,
-    tiles, index_origin, extent, shape, strides, index_strides)``: the position of run 0's
-    first item, the runs' length, their tiles, that item's C-order index, the window's
-    items, and the outer dimensions' lengths, strides and index strides (``spec.runs`` of
-    each, outer to inner). Run ``r``'s tiles are tiles
+    tiles, index_origin, extent, shape, strides, index_strides, run_index_stride)``: the
+    position of run 0's first item, the runs' length, their tiles, that item's C-order index,
+    the window's items, the outer dimensions' lengths, strides and index strides
+    (``spec.runs`` of each, outer to inner), and the index step along a run (1 unless
+    ``spec.retile``). Run ``r``'s tiles are tiles
     ``r * tiles_per_run ..``: a tile never straddles two runs, so its loads are the
     contiguous reduce's own.
     """
@@ -590,12 +600,14 @@ def reduce_kernel(spec):
         from .. import warp
         warp_reduce = warp.partial_reduce(spec.op, spec.acc_vt)
     runs = spec.runs
+    retile = spec.retile
+    reindex = _codegen.build("def reindex(s, at, step):\n    return (s[0], at + s[1] * step)\n", "reindex")
 
     @cuda.jit(device=True)
     def run_tile(geometry, r, j):
         """Tile ``j`` of run ``r``: (its first position, the end of its run, the index
         shift: an item's C-order index is its position plus this)."""
-        origin, length, _, _, index_origin, _, shape, strides, index_strides = geometry
+        origin, length, _, _, index_origin, _, shape, strides, index_strides, _ = geometry
         start = origin
         at = index_origin
         if runs == 1:          # (x[::2]: no division a tile)
@@ -639,7 +651,16 @@ def reduce_kernel(spec):
                 # (a run's last tile may be partial, and a later tile full: the threads
                 # holding a value are the widest tile's prefix)
                 valid = max(valid, threads_with_items(end, base))
-                acc, have = fold_tile(acc, have, src, end, base, tid, shift)
+                if retile:
+                    # the tile afresh, its indices positions in the run, then C-order and merged
+                    run_start = end - n[1]
+                    got, mine = fold_tile(acc, np.bool_(False), src, end, base, tid, -run_start)
+                    if mine:
+                        got = reindex(got, shift + run_start, n[9])
+                        acc = combine(acc, got) if have else got
+                        have = np.bool_(True)
+                else:
+                    acc, have = fold_tile(acc, have, src, end, base, tid, shift)
                 r += step_r
                 j += step_j
                 if j >= per_run:
@@ -740,6 +761,8 @@ def reduce_kernel(spec):
         # 2.67 rounds: 4.7% below the plain sum on an H200. Capped at 64, 4 blocks fit
         # (the plain sum's own count) with no spills (ptxas, sm_90).
         kernel.jit_options["launch_bounds"] = (nt, max(1, TRANSFORM_THREADS_PER_SM // nt))
+    elif retile and RETILE_THREADS_PER_SM:
+        kernel.jit_options["launch_bounds"] = (nt, max(1, RETILE_THREADS_PER_SM // nt))
     return kernel
 
 
@@ -778,7 +801,9 @@ def plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift="value", proje
     shape and per ``CUFOLD_TILE`` override, which tests change). ``transform`` and
     ``post``: see :data:`Spec`. ``runs``: None, or ``(outer dimensions, length)`` of a
     view of ``n`` items in contiguous runs (:func:`reduce_kernel`'s geometry): for
-    commutative operators, whose C-order indices rise with position (:data:`Spec`)."""
+    commutative operators, whose C-order indices rise with position (:data:`Spec`);
+    ``(outer dimensions, length, True)``: argmin/argmax whose indices rise along each run
+    only (``Spec.retile``)."""
     return _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddof, deterministic,
                  tile_override(), transform, post, runs)
 
@@ -799,6 +824,9 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
     ordered = not op.commutative
     if runs is not None and ordered:
         raise ValueError("cufold: the reduce over runs takes commutative operators only")
+    retile = runs is not None and len(runs) > 2 and runs[2]
+    if retile and lift != "index":
+        raise ValueError("cufold: runs folded a tile at a time are for argmin/argmax")
     if algorithm in ("single_block",):
         grid = 1
     elif algorithm == "tiles":
@@ -817,7 +845,8 @@ def _plan(op, in_vt, acc_vt, out_vt, n, device_id, algorithm, lift, project, ddo
         finish = "final"
     # (a thread's items, tile by tile, come in rising position, and positions are the indices)
     spec = Spec(op, in_vt, acc_vt, out_vt, lift, project, ddof, tile, finish, "warp", ordered,
-                transform=transform, post=post, rising=lift == "index", runs=0 if runs is None else runs[0])
+                transform=transform, post=post, rising=lift == "index", runs=0 if runs is None else runs[0],
+                retile=bool(retile))
     wide = None
     # Not for argmin/argmax: 8-byte loads made them 9% slower on an H200 (1% faster on an H100).
     if (WIDE_LOADS and not ordered and all(f.itemsize == 4 and f.kind in "iuf" for f in in_vt.fields)
