@@ -319,9 +319,14 @@ before = len(compiled)
 nr, mr = 1 << 20, 200_000
 
 
+# (the adaptive path's hint slot is mapped host memory: a placeholder here)
+RB = importlib.import_module("cufold.host.readback")
+RB.hint_slot = lambda device_id: RB.HintSlot(arr(np.int32, 1), np.zeros(1, np.int32), 0)
+
+
 def rows_into(op, keys, vals, out, det=False, check=True, transform=None):
     sig = P.signature
-    ROWS._plan_into(("rows", op, None, det, check, sig(keys), sig(vals), sig(out), 0, transform), keys, vals, out)
+    ROWS._plan_into(("rows", op, None, det, check, sig(keys), sig(vals), sig(out), 0, transform, None), keys, vals, out)
     print("  ok   rows into %-8s %s keys, values %s %s -> %s det=%s" % (op.name, keys.dtype, vals.shape, vals.dtype,
                                                                      out.dtype, det))
 

@@ -17,6 +17,12 @@ rows by key into a table, shuffled keys), four features in one operation cut tha
     be updating (a plain load, kept in its place among the thread's atomics): the words a
     compare-and-swap starts from. ``array`` may be float32, int32 or uint32.
 
+``load8_l2_128(array, i)``, ``load8_l2_256(array, i)``
+    ``array[i]`` of a 1-D uint64 array as one 8-byte load that asks L2 to fetch the 128 or
+    256 bytes around it from DRAM (``ld.global.L2::128B`` / ``L2::256B``, sm_75 on): fewer,
+    larger DRAM requests for a stream of loads (the device reduce's 8-byte reads,
+    ``CUFOLD_REDUCE_LOAD``, for study). Plain reads in the simulator.
+
 ``red_max(array, i, v)``, ``red_min(array, i, v)``
     ``array[i] = max(array[i], v)`` (``min``) for float32, atomically and fire-and-forget (no
     result, no compare-and-swap loop to wait on): a float's bits ordered as integers, ``v >=
@@ -48,7 +54,7 @@ Example, inside a user's kernel (rows of 4 features, flat 1-D arrays)::
 
 from numba import config, cuda
 
-__all__ = ["add4", "load4", "read4", "red_max", "red_min"]
+__all__ = ["add4", "load4", "read4", "load8_l2_128", "load8_l2_256", "red_max", "red_min"]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 
@@ -65,6 +71,12 @@ if SIMULATOR:
         return array[i], array[i + 1], array[i + 2], array[i + 3]
 
     read4 = load4
+
+    @cuda.jit(device=True)
+    def load8_l2_128(array, i):
+        return array[i]
+
+    load8_l2_256 = load8_l2_128
 
     def _extreme_red(which):
         """``red_max`` / ``red_min``: a NaN stored, else the atomic ``which``."""
@@ -136,6 +148,28 @@ else:
         vector_load.__name__ = vector_load.__qualname__ = name
         return intrinsic(vector_load)
 
+    def _prefetching_load(size):
+        """An intrinsic ``(array, i) -> array[i]`` for 1-D uint64 arrays: ``ld.global`` with
+        L2's prefetch of ``size`` bytes (a pure read: the compiler may move or merge it)."""
+        def load8(typingctx, array, index):
+            if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint64
+                    and isinstance(index, types.Integer)):
+                return None
+            sig = types.uint64(array, types.int64)
+
+            def codegen(context, builder, sig, args):
+                ptr = _element(context, builder, sig.args[0], args[0], args[1])
+                fn = ir.FunctionType(ir.IntType(64), [ptr.type])
+                ld = ir.InlineAsm(fn, "ld.global.L2::%dB.u64 $0, [$1];" % size, "=l,l", side_effect=False)
+                return builder.call(ld, [ptr])
+
+            return sig, codegen
+
+        load8.__name__ = load8.__qualname__ = "load8_l2_%d" % size
+        return intrinsic(load8)
+
+    load8_l2_128 = _prefetching_load(128)
+    load8_l2_256 = _prefetching_load(256)
     load4 = _vector_load("load4", (types.float32,), "ld.global.cs.v4.{kind}", False)
     read4 = _vector_load("read4", (types.float32, types.int32, types.uint32), "ld.global.v4.{kind}", True)
 

@@ -1289,8 +1289,8 @@ RUNS_WASTE = 8
 #: afresh and merged by the op's tie-breaking combine (``reduce.Spec.retile``). H200, us, against
 #: the rows kernel: (8192, 8192).T 70.8 -> 68.3 (a contiguous copy's argmax: 66.8). Over two
 #: outer dimensions (permutations of (64, 3, 65536)) they lost: 22.4 -> 23.6-23.8. So
-#: ``CUFOLD_AXIS_RETILE=1`` (default): runs over one outer dimension only; ``all``: any; ``0``:
-#: the rows kernel.
+#: ``CUFOLD_AXIS_RETILE=1`` (default): runs over one outer dimension only; ``all``: any; ``every``:
+#: any, and the runs whose indices rise throughout too (x[::2]; unmeasured); ``0``: the rows kernel.
 RETILE = os.environ.get("CUFOLD_AXIS_RETILE", "1")
 
 
@@ -1303,8 +1303,8 @@ def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, pro
     if not RUNS or not prep.op.commutative or stride != 1 or len(layout.red) == 1 or index_stride < 0:
         return None
     # Indices that rise along each run but not from run to run (x.T): tiles folded afresh.
-    retile = bool(index_stride) and (index_stride != 1 or not index_rises(layout.red))
-    if retile and not (lift == "index" and (RETILE == "all" or (RETILE == "1" and len(layout.red) == 2))):
+    retile = bool(index_stride) and (index_stride != 1 or not index_rises(layout.red) or RETILE == "every")
+    if retile and not (lift == "index" and (RETILE in ("all", "every") or (RETILE == "1" and len(layout.red) == 2))):
         return None
     outer = layout.red[:-1]
     p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, None,

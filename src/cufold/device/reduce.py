@@ -52,7 +52,9 @@ WIDE_LOADS = os.environ.get("CUFOLD_WIDE_LOADS", "1") != "0"
 #: ``(x, y)``); ``CUFOLD_WIDE_FIELDS=0``: never (for measuring).
 WIDE_FIELDS = int(os.environ.get("CUFOLD_WIDE_FIELDS", "4"))
 #: Cache hint of the 8-byte loads: "plain" (``ld.global``), or "cs", "cg", "ca" for
-#: ``cuda.ldcs`` (evict first), ``ldcg`` (L2 only), ``ldca`` (``CUFOLD_REDUCE_LOAD``, for study).
+#: ``cuda.ldcs`` (evict first), ``ldcg`` (L2 only), ``ldca``, or "l2_128", "l2_256" for plain
+#: loads with L2's 128- or 256-byte prefetch (``quads.load8_l2_*``) (``CUFOLD_REDUCE_LOAD``,
+#: for study).
 WIDE_LOAD_HINT = os.environ.get("CUFOLD_REDUCE_LOAD", "plain")
 
 ALGORITHMS = ("single_pass", "two_pass", "tiles", "single_block", "atomic_warp", "atomic_block")
@@ -440,9 +442,12 @@ def _fold_tile_wide(spec):
     # cuda.ld* cast the index to a signed intp (Numba's negative-index wraparound
     # follows unless the sign bit is known clear)
     get = ("def get(pairs, i):\n    return pairs[i]\n" if spec.hint == "plain" else
+           "def get(pairs, i):\n    return load8(pairs, i)\n" if spec.hint.startswith("l2_") else
            "def get(pairs, i):\n    return cuda.ld%s(pairs, np.uint64(i) & SIGN_CLEAR)\n" % spec.hint)
     env = {"start": start, "update": update}
-    env["get"] = _codegen.build(get, "get", {"SIGN_CLEAR": np.uint64(0x7FFFFFFFFFFFFFFF)})
+    from .. import quads
+    env["get"] = _codegen.build(get, "get", {"SIGN_CLEAR": np.uint64(0x7FFFFFFFFFFFFFFF),
+                                             "load8": getattr(quads, "load8_" + spec.hint, None)})
     # One device function splits a pair: each `.view` call site costs Numba ~2 ms to type.
     env["halves"] = _codegen.build(
         "def halves(p):\n    return np.uint32(p & LOW).view(DT), np.uint32(p >> SHIFT).view(DT)\n", "halves",
