@@ -1014,3 +1014,44 @@ def test_wide_loads_can_be_turned_off(monkeypatch):
         monkeypatch.undo()
         reduce_mod._plan.cache_clear()
     assert reduce_mod.plan(cufold.plus, f32, f32, f32, 1 << 20, 0, None).wide is not None
+
+
+_HINTED_LOADS = r"""
+import importlib
+import cufold
+from cufold.values import ValueType
+R = importlib.import_module("cufold.device.reduce")
+f32 = ValueType.of(np.float32)
+arr = lambda t: types.Array(t, 1, "C")
+sig = (arr(types.float32), types.int64, arr(types.float32), arr(types.uint32), arr(types.float32), types.float32,
+       types.boolean)
+wide = R.Spec(cufold.plus, f32, f32, f32, "value", "value", 0, R.Tile(256, 16), "last_block", "warp", False, True)
+counts = {}
+for hint in ("plain", "l2_128", "l2_256"):
+    ptx = compile_sm90(R.reduce_kernel(wide._replace(hint=hint)), sig)
+    counts[hint] = (len(re.findall(r"ld\.global\.L2::128B\.u64", ptx)), len(re.findall(r"ld\.global\.L2::256B\.u64", ptx)))
+print("HINTED", counts)
+"""
+
+
+def test_wide_loads_with_l2_prefetch(rng, monkeypatch):
+    """``CUFOLD_REDUCE_LOAD=l2_128|l2_256`` (for study): the 8-byte loads ask L2 for 128- or
+    256-byte fetches (``quads.load8_l2_*``; every load of the full and the partial tile for
+    sm_90), and the sums they fold are the plain loads' (the simulator reads plainly)."""
+    counts = run_sm90_script(_HINTED_LOADS, "HINTED")
+    assert counts["plain"] == (0, 0)
+    assert counts["l2_128"][0] > 0 and counts["l2_128"][1] == 0
+    assert counts["l2_256"][1] == counts["l2_128"][0] and counts["l2_256"][0] == 0
+    n = WIDE_SIZES[2]
+    h = rng.integers(-50, 50, n).astype(np.float32)
+    for hint in ("l2_128", "l2_256"):
+        monkeypatch.setattr(reduce_mod, "WIDE_LOAD_HINT", hint)
+        reduce_mod._plan.cache_clear()
+        try:
+            op = cufold.Op(lambda a, b: a + b, identity=0, commutative=True)     # a new op: a new plan
+            assert host(cufold.reduce(dev(h), op)) == h.sum()
+            ran = [k[0][1] for k in launch_mod._kernels if k[0][0] == "reduce" and k[0][1].op is op]
+            assert [(s.wide, s.hint) for s in ran] == [(True, hint)]
+        finally:
+            monkeypatch.undo()
+            reduce_mod._plan.cache_clear()

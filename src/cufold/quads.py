@@ -1,4 +1,5 @@
-"""Quads: four float32 values moved in one memory operation, which ``cuda`` lacks.
+"""Quads: four float32 values moved in one memory operation, which ``cuda`` lacks (and the
+one other memory operation it lacks that cufold uses: 8-byte loads with L2's prefetch size).
 
 An L2 atomic unit handles a 16-byte reduction (``red.global.add.v4.f32``, sm_90 on) for
 about the price of a 4-byte one: where updates to scattered rows bound a kernel (feature
