@@ -1302,10 +1302,12 @@ def _runs_plan(b, prep, layout, flat, origin, extent, k_count, out_vt, lift, pro
     # (index strides are 0 unless indexed; a single run is here only for a flipped index)
     if not RUNS or not prep.op.commutative or stride != 1 or len(layout.red) == 1 or index_stride < 0:
         return None
-    # Indices that rise along each run but not from run to run (x.T): tiles folded afresh.
-    retile = bool(index_stride) and (index_stride != 1 or not index_rises(layout.red) or RETILE == "every")
-    if retile and not (lift == "index" and (RETILE in ("all", "every") or (RETILE == "1" and len(layout.red) == 2))):
+    # Indices (nonzero index strides: argmin/argmax) that rise along each run but turn from run
+    # to run (x.T): tiles folded afresh where RETILE takes them, else the rows kernel.
+    turns = bool(index_stride) and (index_stride != 1 or not index_rises(layout.red))
+    if turns and RETILE not in ("all", "every") and not (RETILE == "1" and len(layout.red) == 2):
         return None
+    retile = turns or (bool(index_stride) and RETILE == "every")
     outer = layout.red[:-1]
     p = _reduce_mod.plan(prep.op, prep.in_vt, prep.acc_vt, out_vt, k_count, b.device_id, None,
                          lift=lift, project=project, ddof=ddof, transform=prep.transform, post=prep.post,

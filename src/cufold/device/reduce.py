@@ -606,7 +606,7 @@ def reduce_kernel(spec):
         warp_reduce = warp.partial_reduce(spec.op, spec.acc_vt)
     runs = spec.runs
     retile = spec.retile
-    reindex = _codegen.build("def reindex(s, at, step):\n    return (s[0], at + s[1] * step)\n", "reindex")
+    lift_index = _lift("index", spec.acc_vt) if retile else None
 
     @cuda.jit(device=True)
     def run_tile(geometry, r, j):
@@ -660,8 +660,8 @@ def reduce_kernel(spec):
                     # the tile afresh, its indices positions in the run, then C-order and merged
                     run_start = end - n[1]
                     got, mine = fold_tile(acc, np.bool_(False), src, end, base, tid, -run_start)
-                    if mine:
-                        got = reindex(got, shift + run_start, n[9])
+                    if mine:     # (the tile's first index in C order, plus its step along the run)
+                        got = lift_index(got[0], shift + run_start + got[1] * n[9])
                         acc = combine(acc, got) if have else got
                         have = np.bool_(True)
                 else:
