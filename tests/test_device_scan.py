@@ -642,8 +642,8 @@ def test_noncommutative_packed(algorithm, kind, rng, small_tiles):
     assert total.copy_to_host() == _ref_scan(_mat8, seq, True)[-1]
 
 
-@pytest.mark.parametrize("words", ["wide", "atomic", "plain", "blockid", "wide,atomic,plain,blockid",
-                                   "packed,volatile,stream,ticket"])
+@pytest.mark.parametrize("words", ["wide", "atomic", "plain", "blockid", "overlap", "wide,atomic,plain,blockid",
+                                   "wide,overlap", "packed,volatile,stream,ticket"])
 def test_single_pass_variants(words, monkeypatch, rng, small_tiles):
     """Every CUFOLD_SCAN_VARIANT choice gives the same results."""
     monkeypatch.setenv("CUFOLD_SCAN_VARIANT", words)
@@ -662,6 +662,19 @@ def test_single_pass_variants(words, monkeypatch, rng, small_tiles):
     f = rng.random(n).astype(np.float64)                     # the wide layout whatever asked
     got = scan.inclusive_scan(_dev(f), algorithm="single_pass").copy_to_host()
     np.testing.assert_allclose(got, np.cumsum(f), rtol=1e-12)
+
+
+@pytest.mark.parametrize("words", ["", "ticket", "overlap"])
+def test_single_pass_tile_ids(words, small_tiles):
+    """``auto`` ids (the default): the overlapped draw for packed states but bool's, tickets
+    for the others; a named ids is kept for every layout."""
+    var = scan.variant(words)
+    for dt, acc in ((np.float32, np.float32), (np.int32, np.int32), (np.uint8, np.uint8), (np.bool_, np.bool_),
+                    (np.int32, np.int64), (np.float64, np.float64)):
+        p = scan.plan(cufold.plus if acc != np.bool_ else cufold.logical_or, ValueType.of(dt), ValueType.of(acc),
+                      ValueType.of(acc), 10000, "inclusive", "single_pass", var)
+        auto = "overlap" if p.spec.variant.states == "packed" and acc != np.bool_ else "ticket"
+        assert p.spec.variant.ids == (words or auto), (dt, acc, p.spec.variant)
 
 
 def test_variant_parsing(monkeypatch):

@@ -494,13 +494,13 @@ def tiles_kernel(spec, spelling="slice"):
     stash_storage = block.temp_storage(spec.acc_vt, 2)
     row_in, row_out = _row_view(spec.in_vt, spelling), _row_view(spec.out_vt, spelling)
     dims = _dims(spec.in_vt)
-    drawn_ticket = S.drawn_ticket
+    drawn_ticket, pending_draw = S.drawn_ticket, S.pending_draw
     by_ticket = spec.variant.ids == "ticket"
+    overlap = spec.variant.ids == "overlap"
     row_states = _states_from(spec.acc_vt, spec.variant.states)
 
     @cuda.jit(device=True, inline="always")
-    def start(drawn, per_row, cols):
-        ticket = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
+    def start(ticket, per_row, cols):
         row = ticket // per_row
         a = row // cols
         return row * per_row, ticket - row * per_row, a, row - a * cols
@@ -510,12 +510,18 @@ def tiles_kernel(spec, spelling="slice"):
         smem = tile_storage()
         temp = scan_storage()
         stash = stash_storage()
-        drawn = drawn_ticket(counter, tiles)
-        first, tile, a, c = start(drawn, per_row, cols)
+        if overlap:
+            drawn, pending = pending_draw(counter, tiles)
+            ticket = np.int64(cuda.blockIdx.x)
+        else:
+            drawn = drawn_ticket(counter, tiles)
+            pending = 0
+            ticket = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
+        first, tile, a, c = start(ticket, per_row, cols)
         state = (tile, row_states(states, aggs, pres, first), drawn, init, has_init, stash)
         length = dims(xs)[1]
         tile_scan(row_in(xs, a, c), row_out(outs, a, c), length, tile, per_row, state, smem, temp, totals,
-                  False)
+                  False, pending)
 
     def scan_rows_one_tile(xs, outs, per_row, tiles, cols, counter, states, aggs, pres, init, has_init,
                            totals):
@@ -527,7 +533,7 @@ def tiles_kernel(spec, spelling="slice"):
         state = (np.int64(0), pres, np.uint32(0), init, has_init, stash)
         length = dims(xs)[1]
         tile_scan(row_in(xs, a, row - a * cols), row_out(outs, a, row - a * cols), length, np.int64(0), 1,
-                  state, smem, temp, totals, False)
+                  state, smem, temp, totals, False, 0)
 
     if spec.carry == "single_block":
         return scan_rows_one_tile
@@ -687,7 +693,7 @@ def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None, step=1):
 # --- column tiles: columns with a single-pass look-back down each strip -------------------------
 
 @functools.lru_cache(maxsize=None)
-def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, poll, transform=None):
+def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, poll, transform=None, ids="ticket"):
     """Kernel ``(xs, outs, tiles, strips, col_strips, chunks, counter, words, aggs, pres,
     init, has_init)`` over 3-D ``(A, L, C)`` views whose columns (``C``, the smaller
     stride) are scanned down ``L`` in one pass.
@@ -708,9 +714,12 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     first look-back: a look-back waits until every state of its window is published,
     so a state published after another column's look-back would chain the tiles one
     after another. ``states``/``poll``: the look-back's layout
-    (:func:`.scan.state_layout`) and flag reads."""
+    (:func:`.scan.state_layout`) and flag reads; ``ids``: ``ticket`` or ``overlap`` (tile
+    ``blockIdx.x``, the draw settled after the loads: :func:`.scan.pending_draw`)."""
     from . import scan as S
     exclusive = kind == "exclusive"
+    overlap = ids == "overlap"
+    pending_draw, settle_pending = S.pending_draw, S.settle_pending
     combine = op.combine(acc_vt)
     rows = _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform)
     get, put = acc_vt.load, acc_vt.store
@@ -737,8 +746,13 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
         scans = scans_storage()
         carries = carry_storage()
         stash = stash_storage()
-        drawn = drawn_ticket(counter, tiles)
-        t = drawn[0]
+        if overlap:
+            drawn, pending = pending_draw(counter, tiles)
+            t = np.int64(cuda.blockIdx.x)
+        else:
+            drawn = drawn_ticket(counter, tiles)
+            pending = 0
+            t = drawn[0]
         chunk = t // strips
         strip = t - chunk * strips
         a = strip // col_strips
@@ -756,6 +770,8 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
         busy = min(ty, (length - top_row + per - 1) // per)   # threads of a column with rows
         # (Unsigned indices: Numba adds no wraparound test for negative ones.)
         rows.load(items, tid, nt, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length, mine == per)
+        if overlap:
+            settle_pending(drawn, pending)       # read after the barrier below
         put(scans, tid, rows.fold(items, tid, nt, mine))
         cuda.syncthreads()
         # A warp a column: the column's threads in order (their carries within the tile, the
@@ -1296,7 +1312,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
             b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
                      (xs, outs, per_row, tiles, lay.C, totals, totals, totals, totals, init, has_init, totals))
             return
-        var = var._replace(states=S.state_layout(var.states, acc_vt, in_vt))
+        var = S.single_pass_variant(var, acc_vt, in_vt)
         spec = S.Spec(op, in_vt, acc_vt, out_vt, tile, kind, "single_pass", var, transform)
         st, states, aggs, pres, offset = S.tile_states(b, var.states, acc_vt, tiles, ws, offset)
         b.launch(tiles_kernel(spec, spelling), ("scan_tiles", spec, spelling), tiles, tile.nt,
@@ -1324,8 +1340,10 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     if route == "tiles":
         tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
         st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * tc, ws, offset)
-        b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, transform),
-                 ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll) + tf,
+        ids = "overlap" if var.ids == "overlap" else "ticket"     # (auto: tickets; overlap measured 6% faster)
+        b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, transform,
+                                     ids),
+                 ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, ids) + tf,
                  tiles, tc * ty, (xs, outs, tiles, strips, col_strips, tiles // strips, st.counter, words, aggs,
                                   pres, init, has_init))
         return
