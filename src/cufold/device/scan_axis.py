@@ -125,6 +125,9 @@ ALIGNED_SEGMENTS = os.environ.get("CUFOLD_ALIGNED_SEGMENTS", "1") != "0"
 #: Rows of several tiles scan in tiles of half the threads, twice the items a thread
 #: (:func:`row_tile`; ``CUFOLD_LONG_ROW_TILE=0``: the scan's own tile).
 LONG_ROW_TILE = not config.ENABLE_CUDASIM and os.environ.get("CUFOLD_LONG_ROW_TILE", "1") != "0"
+#: Threads per SM the narrow columns under the ``overlap`` ids (named only) are bounded to
+#: (``launch_bounds``; 0, the default: unbounded). ``CUFOLD_NARROW_OVERLAP_THREADS``, for study.
+NARROW_OVERLAP_THREADS = int(os.environ.get("CUFOLD_NARROW_OVERLAP_THREADS", "0"))
 #: Rows a lane of the lanes kernel works on at once (their loads in flight together;
 #: each costs ~9 registers: 4 rows take 60, 8 take 95).
 ROWS_PER_LANE = 4
@@ -693,7 +696,8 @@ def _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform=None, step=1):
 # --- column tiles: columns with a single-pass look-back down each strip -------------------------
 
 @functools.lru_cache(maxsize=None)
-def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, poll, transform=None, ids="ticket"):
+def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, poll, transform=None,
+                        ids="ticket"):
     """Kernel ``(xs, outs, tiles, strips, col_strips, chunks, counter, words, aggs, pres,
     init, has_init)`` over 3-D ``(A, L, C)`` views whose columns (``C``, the smaller
     stride) are scanned down ``L`` in one pass.
@@ -1007,7 +1011,7 @@ def _columns_look_back(op, acc_vt, width, states, poll):
 
 @functools.lru_cache(maxsize=None)
 def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, poll,
-                          transform=None):
+                          transform=None, ids="ticket"):
     """Kernel ``(xs, outs, tiles, counter, words, aggs, pres, init, has_init)`` over 3-D
     ``(A, L, C)`` views of at most 32 columns (``C``, the smaller stride), scanned down
     ``L`` in one pass: a row across ``width`` lanes (the power of two >= C), a warp step
@@ -1025,7 +1029,8 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
     group ``a`` keeps its tile states together from ``(a*C + c) * chunks``.
     Where it pays: 4 columns or fewer (:func:`narrow_pays`), where the column tiles' 8-wide
     tiles are half empty or more and spend a look-back a column (from 8 columns on, the one
-    warp's look-back for all of them is the slower: (2^21, 8) 64.8 us against 55.3)."""
+    warp's look-back for all of them is the slower: (2^21, 8) 64.8 us against 55.3).
+    ``ids``: ``ticket`` or ``overlap`` (as :func:`column_tiles_kernel`'s)."""
     from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
@@ -1049,13 +1054,21 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
     last_row = (per_step - 1) * width                             # lane of a step's last row, column 0
     packed = states in ("packed", "pair")                         # state words (no value arrays)
 
+    overlap = ids == "overlap"
+    pending_draw, settle_pending = S.pending_draw, S.settle_pending
+
     def scan_narrow_columns(xs, outs, tiles, counter, words, aggs, pres, init, has_init):
         totals = totals_storage()
         carries = carry_storage()
-        drawn = drawn_ticket(counter, tiles)
+        if overlap:
+            drawn, pending = pending_draw(counter, tiles)
+            t = np.int64(cuda.blockIdx.x)
+        else:
+            drawn = drawn_ticket(counter, tiles)
+            pending = 0
+            t = drawn[0]
         shape = dims(xs)
         groups, length, cols = shape[0], shape[1], shape[2]
-        t = drawn[0]
         chunk = t // groups
         a = t - chunk * groups
         chunks = tiles // groups
@@ -1069,6 +1082,8 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
         vals = local()                            # (rows past the end repeat the last)
         rows.load(vals, 0, 1, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length,
                   chunk * rows_per_tile + rows_per_tile <= length)
+        if overlap:
+            settle_pending(drawn, pending)        # read after the barrier below
         # Each step down its rows, after the warp's steps before (an exclusive scan keeps the
         # items before each: lane (0, c) of step 0 has none, and its slot is not read).
         carry = get(vals, 0)
@@ -1117,6 +1132,10 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
                         v = combine(run, v)
                     store_out(mine_out, np.uint32(k * per_step), to_out(v))
 
+    if overlap and NARROW_OVERLAP_THREADS:
+        # (float32: overlap's held draw takes 64 registers to 80, 8 -> 6 blocks of 128 an SM)
+        nt = 32 * warps
+        scan_narrow_columns.jit_options = {"launch_bounds": (nt, max(1, NARROW_OVERLAP_THREADS // nt))}
     return scan_narrow_columns
 
 
@@ -1332,9 +1351,11 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     if route == "narrow":
         width, warps, steps, tiles = narrow_tiles(lay, in_vt, acc_vt)
         st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * lay.C, ws, offset)
+        ids = "overlap" if var.ids == "overlap" else "ticket"     # (auto: tickets; overlap unmeasured here)
         b.launch(narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
-                                       transform),
-                 ("scan_narrow_columns", op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll) + tf,
+                                       transform, ids),
+                 ("scan_narrow_columns", op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
+                  ids) + tf,
                  tiles, 32 * warps, (xs, outs, tiles, st.counter, words, aggs, pres, init, has_init))
         return
     if route == "tiles":
