@@ -17,6 +17,11 @@ for v in default overlap; do
 done
 sprobe "float32 narrow overlap, bounded to 1024 threads an SM (64 registers)" CUFOLD_SCAN_VARIANT=overlap \
   CUFOLD_NARROW_OVERLAP_THREADS=1024 timeout 40 python3 tools/scan_probe.py 4194304x4,0 8388608x2,0 5592405x3,0
+# (16, 2^20) axis 0, the columns kernel at 85% of the clone (36 of 64 warps an SM, session 32's ncu):
+# bounded to 6 blocks of 256 (ptxas: 48 -> 40 registers, no spills; 2048 threads spill)
+for t in 0 1536; do
+  sprobe "float32 columns CUFOLD_COLUMN_THREADS=$t" CUFOLD_COLUMN_THREADS=$t timeout 40 python3 tools/scan_probe.py 16x1048576,0 64x262144,0 4096x4096,0
+done
 cat $S
 mkdir -p $OUT/check
 CUFOLD_SCAN_VARIANT=overlap OUT=$OUT/check PART=files FILES="tests/test_scan_axis.py tests/test_device_scan.py" \

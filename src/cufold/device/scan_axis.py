@@ -133,6 +133,9 @@ NARROW_OVERLAP_THREADS = int(os.environ.get("CUFOLD_NARROW_OVERLAP_THREADS", "0"
 ROWS_PER_LANE = 4
 #: Loads a thread of the columns kernel issues before combining them (``CUFOLD_COLUMN_UNROLL``).
 COLUMN_UNROLL = int(os.environ.get("CUFOLD_COLUMN_UNROLL", "8"))
+#: Threads per SM the columns kernel is bounded to (``launch_bounds``; 0, the default:
+#: unbounded: float32 takes 48 registers, 5 blocks of 256). ``CUFOLD_COLUMN_THREADS``, for study.
+COLUMN_THREADS_PER_SM = int(os.environ.get("CUFOLD_COLUMN_THREADS", "0"))
 #: The columns kernel splits a column into chunks of at least this many items.
 COLUMN_MIN_CHUNK = 16
 #: Columns a tile of the column-tiles kernel covers, at most: a warp of the block's 8
@@ -620,6 +623,9 @@ def columns_kernel(op, in_vt, acc_vt, out_vt, kind, phase, unroll, transform=Non
                 store_acc(partials, a * cols + c, ch, 0, carry)
             w += step
 
+    if COLUMN_THREADS_PER_SM and not config.ENABLE_CUDASIM:
+        nt = _threads()
+        scan_columns.jit_options = {"launch_bounds": (nt, max(1, COLUMN_THREADS_PER_SM // nt))}
     return scan_columns
 
 
