@@ -111,12 +111,9 @@ SINGLE_BLOCK_TILES = 1
 #: this many (spine) tiles, else it recurses.
 SPINE_BLOCK_TILES = 16
 
-#: Threads per SM the flat single-pass kernel is bounded to (``launch_bounds``; 0:
-#: unbounded), by its ids: ``CUFOLD_SINGLE_PASS_THREADS`` sets it for every ids.
-SINGLE_PASS_THREADS_PER_SM = {"ticket": 0, "blockid": 0, "overlap": 2048}
-if os.environ.get("CUFOLD_SINGLE_PASS_THREADS"):
-    SINGLE_PASS_THREADS_PER_SM = dict.fromkeys(SINGLE_PASS_THREADS_PER_SM,
-                                               int(os.environ["CUFOLD_SINGLE_PASS_THREADS"]))
+#: Threads per SM the flat single-pass kernel of the ``overlap`` ids is bounded to
+#: (``launch_bounds``; 0: unbounded). ``CUFOLD_OVERLAP_THREADS``.
+OVERLAP_THREADS_PER_SM = int(os.environ.get("CUFOLD_OVERLAP_THREADS", "2048"))
 
 FULL_MASK = 0xFFFFFFFF
 _U32 = ValueType.of(np.uint32)
@@ -914,8 +911,8 @@ def _block_scans(kind, op, acc_vt, nt, vt, carry):
 def _tile_scan(spec):
     """``(tile_scan, temp_items)``: the device function scanning one tile,
     ``(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total, pending)``,
-    and the shared memory ``temp`` its block scans need (``pending``: the ``overlap``
-    ids' draw, :func:`pending_draw`; anything otherwise). The block scans read a
+    and the shared memory ``temp`` its block scans need (``pending``: of
+    :func:`tile_draw`'s ``begin``; anything where ``carry`` is not single_pass). The block scans read a
     thread's items from the tile in shared memory and write the results over
     them, so that no item is held in a register across the look-back."""
     op, acc_vt, out_vt = spec.op, spec.acc_vt, spec.out_vt
@@ -930,15 +927,14 @@ def _tile_scan(spec):
     combine, load = op.combine(acc_vt), acc_vt.load
     store_total, to_out = out_vt.plain.store, out_vt.cast       # the total: every field
 
-    settle = spec.carry == "single_pass" and spec.variant.ids == "overlap"
+    settle = tile_draw(spec.variant.ids if spec.carry == "single_pass" else "ticket")[1]
 
     @cuda.jit(device=True)
     def tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total, pending):
         tid = cuda.threadIdx.x
         base = tile * nv
         load_tile(xs, n, base, tid, smem)
-        if settle:                               # the overlap ids' draw, after the loads
-            settle_pending(state[2], pending)
+        settle(state[2], pending)                # the overlap ids' draw, after the loads
         # total=True: the last tile folds its valid items before they are scanned in place.
         last = want_total and tile == tiles - 1
         part = fold_valid(smem, 1, tid)          # a placeholder of the right type
@@ -1000,26 +996,49 @@ def drawn_ticket(counter, draws):
     return drawn
 
 
-@cuda.jit(device=True, inline="always")
-def pending_draw(counter, draws):
-    """``(drawn, pending)`` of the ``overlap`` ids: thread 0 issues its draw and
-    settles it (:func:`settle_pending`) into the shared ``drawn`` once the tile's
-    loads are issued, so that the draw's round trip overlaps them; no barrier
-    (the look-back's warp 0 reads ``drawn`` after the block scan's barriers)."""
-    drawn = cuda.shared.array(2, np.int64)
-    w = np.uint64(0)
-    if cuda.threadIdx.x == 0:
-        w = draw_issue(counter)
-    return drawn, (counter, w, draws)
+@functools.lru_cache(maxsize=None)
+def tile_draw(ids):
+    """``(begin, settle)``: how a look-back kernel's block gets its tile for ``ids``
+    (:class:`Variant`; ``ticket``, ``blockid`` or ``overlap``).
 
+    ``begin(counter, draws) -> (tile, drawn, pending)``, called by every thread at the
+    start: ``drawn`` the block's shared ``(ticket, tag)`` of :func:`draw`. ``settle(drawn,
+    pending)``, called by every thread once the tile's loads are issued: ``overlap``'s
+    thread 0 issued its draw in ``begin`` and stores it now, so the draw's round trip
+    overlaps the loads, with no barrier of its own (``drawn`` is read after the block's
+    next barrier); nothing for the others, whose ``begin`` waits for the draw at a barrier."""
+    if ids == "overlap":
+        @cuda.jit(device=True, inline="always")
+        def begin_overlapped(counter, draws):
+            drawn = cuda.shared.array(2, np.int64)
+            w = np.uint64(0)
+            if cuda.threadIdx.x == 0:
+                w = draw_issue(counter)
+            return np.int64(cuda.blockIdx.x), drawn, (counter, w, draws)
 
-@cuda.jit(device=True, inline="always")
-def settle_pending(drawn, pending):
-    counter, w, draws = pending
-    if cuda.threadIdx.x == 0:
-        ticket, tag = draw_settle(counter, w, draws)
-        drawn[0] = ticket
-        drawn[1] = tag
+        @cuda.jit(device=True, inline="always")
+        def settle_draw(drawn, pending):
+            counter, w, draws = pending
+            if cuda.threadIdx.x == 0:
+                ticket, tag = draw_settle(counter, w, draws)
+                drawn[0] = ticket
+                drawn[1] = tag
+
+        return begin_overlapped, settle_draw
+
+    by_ticket = ids == "ticket"
+
+    @cuda.jit(device=True, inline="always")
+    def begin_drawn(counter, draws):
+        drawn = drawn_ticket(counter, draws)
+        # Dynamic tile ids: tiles start in id order (see _look_back).
+        return (drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)), drawn, 0
+
+    @cuda.jit(device=True, inline="always")
+    def settled(drawn, pending):
+        pass
+
+    return begin_drawn, settled
 
 
 @functools.lru_cache(maxsize=None)
@@ -1040,8 +1059,7 @@ def scan_kernel(spec):
     stash_storage = block.temp_storage(spec.acc_vt, 2)
 
     if spec.carry == "single_pass":
-        by_ticket = spec.variant.ids == "ticket"
-        overlap = spec.variant.ids == "overlap"
+        begin = tile_draw(spec.variant.ids)[0]
         packed = spec.variant.states in ("packed", "pair")      # state words (no value arrays)
 
         def scan_single_pass(xs, outs, n, tiles, counter, states, aggs, pres, init,
@@ -1049,23 +1067,16 @@ def scan_kernel(spec):
             smem = tile_storage()
             temp = scan_storage()
             stash = stash_storage()
-            if overlap:
-                drawn, pending = pending_draw(counter, tiles)
-                tile = np.int64(cuda.blockIdx.x)
-            else:
-                drawn = drawn_ticket(counter, tiles)
-                pending = 0
-                # Dynamic tile ids: tiles start in id order (see _look_back).
-                tile = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
+            tile, drawn, pending = begin(counter, tiles)
             lb = states if packed else (states[0], states[1], aggs, pres)
             state = (tile, lb, drawn, init, has_init, stash)
             tile_scan(xs, outs, n, tile, tiles, state, smem, temp, totals, want_total, pending)
 
-        bound = SINGLE_PASS_THREADS_PER_SM[spec.variant.ids]
-        if bound:
-            # overlap: the draw's word, live across the loads, would take float32's 32 registers
-            # to 40 (8 -> 6 blocks of 256 an SM); bounded, it keeps 32 with no spills (ptxas).
-            scan_single_pass.jit_options = {"launch_bounds": (spec.tile.nt, max(1, bound // spec.tile.nt))}
+        if spec.variant.ids == "overlap" and OVERLAP_THREADS_PER_SM:
+            # The draw's word, live across the loads, would take float32's 32 registers to 40
+            # (8 -> 6 blocks of 256 an SM); bounded, it keeps 32 with no spills (ptxas).
+            nt = spec.tile.nt
+            scan_single_pass.jit_options = {"launch_bounds": (nt, max(1, OVERLAP_THREADS_PER_SM // nt))}
         return scan_single_pass
 
     if spec.carry == "downsweep":

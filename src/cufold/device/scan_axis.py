@@ -500,9 +500,7 @@ def tiles_kernel(spec, spelling="slice"):
     stash_storage = block.temp_storage(spec.acc_vt, 2)
     row_in, row_out = _row_view(spec.in_vt, spelling), _row_view(spec.out_vt, spelling)
     dims = _dims(spec.in_vt)
-    drawn_ticket, pending_draw = S.drawn_ticket, S.pending_draw
-    by_ticket = spec.variant.ids == "ticket"
-    overlap = spec.variant.ids == "overlap"
+    begin = S.tile_draw(spec.variant.ids)[0]
     row_states = _states_from(spec.acc_vt, spec.variant.states)
 
     @cuda.jit(device=True, inline="always")
@@ -516,13 +514,7 @@ def tiles_kernel(spec, spelling="slice"):
         smem = tile_storage()
         temp = scan_storage()
         stash = stash_storage()
-        if overlap:
-            drawn, pending = pending_draw(counter, tiles)
-            ticket = np.int64(cuda.blockIdx.x)
-        else:
-            drawn = drawn_ticket(counter, tiles)
-            pending = 0
-            ticket = drawn[0] if by_ticket else np.int64(cuda.blockIdx.x)
+        ticket, drawn, pending = begin(counter, tiles)
         first, tile, a, c = start(ticket, per_row, cols)
         state = (tile, row_states(states, aggs, pres, first), drawn, init, has_init, stash)
         length = dims(xs)[1]
@@ -724,12 +716,11 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     first look-back: a look-back waits until every state of its window is published,
     so a state published after another column's look-back would chain the tiles one
     after another. ``states``/``poll``: the look-back's layout
-    (:func:`.scan.state_layout`) and flag reads; ``ids``: ``ticket`` or ``overlap`` (tile
-    ``blockIdx.x``, the draw settled after the loads: :func:`.scan.pending_draw`)."""
+    (:func:`.scan.state_layout`) and flag reads; ``ids``: how a block gets its tile
+    (:func:`.scan.tile_draw`)."""
     from . import scan as S
     exclusive = kind == "exclusive"
-    overlap = ids == "overlap"
-    pending_draw, settle_pending = S.pending_draw, S.settle_pending
+    begin, settle = S.tile_draw(ids)
     combine = op.combine(acc_vt)
     rows = _column_rows(op, in_vt, acc_vt, out_vt, kind, per, transform)
     get, put = acc_vt.load, acc_vt.store
@@ -737,7 +728,6 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
     publish = S._tile_states(acc_vt, states, poll)[0]
     column_states = _states_from(acc_vt, states)
     stash_at = S._lane_io(acc_vt, "plain")[0]
-    drawn_ticket = S.drawn_ticket
     g = min(32, ty)                                         # lanes of a column's scan
     scan_lanes = warp.inclusive_scan(op, acc_vt, width=g)
     shfl_up, shfl_idx = acc_vt.shuffle("up"), acc_vt.shuffle("idx")
@@ -756,13 +746,7 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
         scans = scans_storage()
         carries = carry_storage()
         stash = stash_storage()
-        if overlap:
-            drawn, pending = pending_draw(counter, tiles)
-            t = np.int64(cuda.blockIdx.x)
-        else:
-            drawn = drawn_ticket(counter, tiles)
-            pending = 0
-            t = drawn[0]
+        t, drawn, pending = begin(counter, tiles)
         chunk = t // strips
         strip = t - chunk * strips
         a = strip // col_strips
@@ -780,8 +764,7 @@ def column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, po
         busy = min(ty, (length - top_row + per - 1) // per)   # threads of a column with rows
         # (Unsigned indices: Numba adds no wraparound test for negative ones.)
         rows.load(items, tid, nt, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length, mine == per)
-        if overlap:
-            settle_pending(drawn, pending)       # read after the barrier below
+        settle(drawn, pending)                    # (read after the barrier below)
         put(scans, tid, rows.fold(items, tid, nt, mine))
         cuda.syncthreads()
         # A warp a column: the column's threads in order (their carries within the tile, the
@@ -1036,7 +1019,7 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
     Where it pays: 4 columns or fewer (:func:`narrow_pays`), where the column tiles' 8-wide
     tiles are half empty or more and spend a look-back a column (from 8 columns on, the one
     warp's look-back for all of them is the slower: (2^21, 8) 64.8 us against 55.3).
-    ``ids``: ``ticket`` or ``overlap`` (as :func:`column_tiles_kernel`'s)."""
+    ``ids``: how a block gets its tile (:func:`.scan.tile_draw`)."""
     from . import scan as S
     exclusive = kind == "exclusive"
     combine = op.combine(acc_vt)
@@ -1054,25 +1037,17 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
     totals_storage = block.temp_storage(acc_vt, warps * width)    # each warp's column totals
     carry_storage = block.temp_storage(acc_vt, width)             # the tile's carry of each column
     dims = _dims(in_vt)
-    drawn_ticket = S.drawn_ticket
     rows_per_warp = per_step * steps
     rows_per_tile = warps * rows_per_warp
     last_row = (per_step - 1) * width                             # lane of a step's last row, column 0
     packed = states in ("packed", "pair")                         # state words (no value arrays)
 
-    overlap = ids == "overlap"
-    pending_draw, settle_pending = S.pending_draw, S.settle_pending
+    begin, settle = S.tile_draw(ids)
 
     def scan_narrow_columns(xs, outs, tiles, counter, words, aggs, pres, init, has_init):
         totals = totals_storage()
         carries = carry_storage()
-        if overlap:
-            drawn, pending = pending_draw(counter, tiles)
-            t = np.int64(cuda.blockIdx.x)
-        else:
-            drawn = drawn_ticket(counter, tiles)
-            pending = 0
-            t = drawn[0]
+        t, drawn, pending = begin(counter, tiles)
         shape = dims(xs)
         groups, length, cols = shape[0], shape[1], shape[2]
         chunk = t // groups
@@ -1088,8 +1063,7 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
         vals = local()                            # (rows past the end repeat the last)
         rows.load(vals, 0, 1, rows.column(xs, np.uint64(a), np.uint64(cc)), row0, length,
                   chunk * rows_per_tile + rows_per_tile <= length)
-        if overlap:
-            settle_pending(drawn, pending)        # read after the barrier below
+        settle(drawn, pending)                    # (read after the barrier below)
         # Each step down its rows, after the warp's steps before (an exclusive scan keeps the
         # items before each: lane (0, c) of step 0 has none, and its slot is not read).
         carry = get(vals, 0)
@@ -1138,7 +1112,7 @@ def narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, 
                         v = combine(run, v)
                     store_out(mine_out, np.uint32(k * per_step), to_out(v))
 
-    if overlap and NARROW_OVERLAP_THREADS:
+    if ids == "overlap" and NARROW_OVERLAP_THREADS:
         # (float32: overlap's held draw takes 64 registers to 80, 8 -> 6 blocks of 128 an SM)
         nt = 32 * warps
         scan_narrow_columns.jit_options = {"launch_bounds": (nt, max(1, NARROW_OVERLAP_THREADS // nt))}
@@ -1357,7 +1331,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     if route == "narrow":
         width, warps, steps, tiles = narrow_tiles(lay, in_vt, acc_vt)
         st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * lay.C, ws, offset)
-        ids = "overlap" if var.ids == "overlap" else "ticket"     # (auto: tickets; overlap unmeasured here)
+        ids = "ticket" if var.ids == "auto" else var.ids          # (overlap unmeasured here)
         b.launch(narrow_columns_kernel(op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
                                        transform, ids),
                  ("scan_narrow_columns", op, in_vt, acc_vt, out_vt, kind, width, warps, steps, states, var.poll,
@@ -1367,7 +1341,7 @@ def add_launches(b, lay, op, in_vt, acc_vt, out_vt, kind, xs, outs, init, has_in
     if route == "tiles":
         tc, ty, per, col_strips, strips, tiles = _column_tiles(lay, in_vt, acc_vt)
         st, words, aggs, pres, offset = S.tile_states(b, states, acc_vt, tiles * tc, ws, offset)
-        ids = "ticket" if S.tile_ids(var.ids, states, acc_vt) == "ticket" else "overlap"
+        ids = S.tile_ids(var.ids, states, acc_vt)
         b.launch(column_tiles_kernel(op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, transform,
                                      ids),
                  ("scan_column_tiles", op, in_vt, acc_vt, out_vt, kind, tc, ty, per, states, var.poll, ids) + tf,
